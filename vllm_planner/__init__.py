@@ -1,0 +1,13 @@
+"""KV-cache-safe vLLM planning, in plain Python (no Ansible import).
+
+``kv_plan(config, **options)`` turns a Hugging Face config.json, a GPU, tensor parallelism
+and a workload into vLLM flags that fit the KV pool, and refuses unsafe plans.
+"""
+
+from .errors import HazardError, PlanError
+from .plan import HAZARDS, OPTIONS, kv_plan
+from .report import plan_table
+from .versions import PINNED_VERSION
+
+__all__ = ["HAZARDS", "OPTIONS", "PINNED_VERSION", "HazardError", "PlanError", "kv_plan",
+           "plan_table"]

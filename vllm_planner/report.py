@@ -1,0 +1,50 @@
+"""A plan as a readable table, for plan.yml and the README."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GIB = 1 << 30
+
+
+def _gib(value: object) -> str:
+    return f"{int(value) / GIB:.2f}" if isinstance(value, int) else "-"  # type: ignore[arg-type]
+
+
+def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
+    """Render one replica's plan as aligned text lines."""
+    gpu = plan["gpu"]
+    rows: list[tuple[str, str]] = [
+        ("model", str(plan["model"])),
+        ("gpu", f"{gpu['name']} ({_gib(gpu['memory_bytes'])} GiB usable)"),
+        ("vllm", f"{plan['vllm_version']} ({plan['engine']} engine)"),
+        ("tensor parallel", str(plan["tensor_parallel_size"])),
+        ("kv bytes/token/gpu", f"{plan['kv_bytes_per_token']:,} ({plan['kv_cache_dtype']})"),
+        ("weights GiB/gpu", f"{_gib(plan['weights_bytes_per_gpu'])} "
+                            f"(from {plan['weights_source']})"),
+        ("reserve GiB/gpu", f"{_gib(plan['reserved_bytes_per_gpu'])} "
+                            f"(activations {_gib(plan['activation_bytes_per_gpu'])}, "
+                            f"non-torch {_gib(plan['non_torch_bytes_per_gpu'])})"),
+        ("kv pool GiB/gpu", _gib(plan["kv_pool_bytes_per_gpu"])),
+        ("kv blocks", f"{plan['num_gpu_blocks']:,} x {plan['block_size']} tokens"),
+        ("kv pool tokens", f"{plan['kv_pool_tokens']:,}"),
+        ("max concurrency", f"{plan['max_concurrency']:,} sequences of "
+                            f"{plan['concurrency_seq_len']:,} tokens"),
+    ]
+    decided = set(plan.get("decided", ()))
+    for name, value in plan["flags"].items():
+        mark = " (planned)" if name in decided else ""
+        rows.append((f"--{name.replace('_', '-')}", f"{value}{mark}"))
+    hazards = plan.get("hazards") or []
+    if not hazards:
+        rows.append(("hazards", "none"))
+    for hazard in hazards:
+        state = f"OVERRIDDEN: {hazard.get('reason')}" if hazard["overridden"] else "REFUSED"
+        rows.append(("hazard", f"[{state}] {hazard['message']}"))
+    for note in plan.get("notes") or []:
+        rows.append(("note", str(note)))
+    width = max(len(key) for key, _ in rows)
+    lines = [title] if title else []
+    lines += [f"  {key.ljust(width)}  {value}" for key, value in rows]
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""What each vLLM release accepts and how it budgets memory.
+
+Fleets upgrade slowly, so the table reaches back to the 0.5/0.6 era of the operator's notes
+(0.6.2) and forward to the release the project pins. Sources: vLLM's release notes and
+engine arguments; the memory figures are calibrated against real start-up logs
+(tests/data/vllm-startup-logs.jsonl) and rounded up, so the planner under-promises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import PlanError
+
+# The version the project deploys by default (roles/vllm_server pins the same).
+PINNED_VERSION = "0.32.0"
+# Newest release whose flags and memory behaviour the table was checked against.
+NEWEST_KNOWN = (0, 33, 0)
+OLDEST_SUPPORTED = (0, 5, 0)
+
+Version = tuple[int, int, int]
+
+_VERSION_RE = re.compile(
+    r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*(?:[.\-]?post\d+)?(?:\+[\w.]+)?$"
+)
+
+
+def parse_version(value: object, field: str = "vllm_version") -> Version:
+    if isinstance(value, str):
+        match = _VERSION_RE.match(value.strip())
+        if match:
+            major, minor, patch = match.groups()
+            version = (int(major), int(minor), int(patch or 0))
+            if version < OLDEST_SUPPORTED:
+                raise PlanError(
+                    field,
+                    f"vLLM {value} is older than the oldest supported release "
+                    f"{'.'.join(map(str, OLDEST_SUPPORTED))}",
+                    "upgrade the engine, or plan for 0.5.0 or newer",
+                )
+            return version
+    raise PlanError(
+        field,
+        f"cannot parse vLLM version {value!r}",
+        f"use a release number such as {PINNED_VERSION} or v0.6.2.post1",
+    )
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """An engine flag and the releases that accept it: [since, until)."""
+
+    since: Version = (0, 0, 0)
+    until: Version | None = None
+    takes_value: bool = True
+    note: str = ""
+
+    def supported(self, version: Version) -> bool:
+        return version >= self.since and (self.until is None or version < self.until)
+
+
+V1_DEFAULT = (0, 8, 0)  # V1 engine is the default from 0.8.0; V0 code was removed in 0.11.0.
+V0_REMOVED = (0, 11, 0)
+
+FLAGS: dict[str, FlagSpec] = {
+    "model": FlagSpec(),
+    "served-model-name": FlagSpec(),
+    "host": FlagSpec(),
+    "port": FlagSpec(),
+    "api-key": FlagSpec(note="secret: pass VLLM_API_KEY in the environment instead"),
+    "tensor-parallel-size": FlagSpec(),
+    "gpu-memory-utilization": FlagSpec(),
+    "max-model-len": FlagSpec(),
+    "max-num-seqs": FlagSpec(),
+    "max-num-batched-tokens": FlagSpec(),
+    "enable-chunked-prefill": FlagSpec(takes_value=False),
+    "kv-cache-dtype": FlagSpec(),
+    "block-size": FlagSpec(),
+    "dtype": FlagSpec(),
+    "quantization": FlagSpec(),
+    "enforce-eager": FlagSpec(takes_value=False),
+    "trust-remote-code": FlagSpec(takes_value=False),
+    "enable-prefix-caching": FlagSpec(takes_value=False),
+    "load-format": FlagSpec(),
+    "download-dir": FlagSpec(),
+    "seed": FlagSpec(),
+    "num-gpu-blocks-override": FlagSpec(),
+    "disable-log-requests": FlagSpec(until=(0, 11, 0), takes_value=False),
+    "enable-log-requests": FlagSpec(since=(0, 10, 2), takes_value=False),
+    # The V0 engine's preemption knobs: V1 always recomputes and has no CPU swap space.
+    "preemption-mode": FlagSpec(until=V0_REMOVED, note="V0 engine only"),
+    "swap-space": FlagSpec(until=V0_REMOVED, note="V0 engine only"),
+    "kv-cache-memory-bytes": FlagSpec(since=(0, 11, 0)),
+    "max-num-partial-prefills": FlagSpec(since=(0, 7, 3)),
+    "long-prefill-token-threshold": FlagSpec(since=(0, 7, 3)),
+}
+
+# kv-cache-dtype values and the first release that accepts each.
+KV_DTYPE_SINCE: dict[str, Version] = {
+    "auto": (0, 0, 0),
+    "fp8_e5m2": (0, 0, 0),
+    "fp8": (0, 4, 0),
+    "fp8_e4m3": (0, 4, 0),
+    "bfloat16": (0, 11, 0),
+    "float16": (0, 11, 0),
+}
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """How one release plans memory and schedules."""
+
+    version: Version
+    engine: str  # "V0" or "V1"
+    entrypoint: tuple[str, ...]
+    always_chunked: bool  # V1 schedules prefills in chunks whatever the flag says
+    block_sizes: tuple[int, ...]
+    # Sampler/logits scratch of the profiling run, bytes per (sequence x vocab entry).
+    sampler_bytes: int
+    # Memory outside PyTorch's allocator (CUDA context, NCCL buffers), per GPU.
+    non_torch_bytes_tp1: int
+    non_torch_bytes_tp: int
+    # CUDA graphs are captured after the KV cache is allocated in every release in the table,
+    # so they need headroom outside the utilization budget.
+    cuda_graphs_in_budget: bool = False
+
+    @property
+    def label(self) -> str:
+        return ".".join(map(str, self.version))
+
+    def supports(self, flag: str) -> bool:
+        spec = FLAGS.get(flag)
+        return spec is not None and spec.supported(self.version)
+
+
+MIB = 1 << 20
+
+
+def traits(version: Version) -> EngineTraits:
+    v1 = version >= V1_DEFAULT
+    return EngineTraits(
+        version=version,
+        engine="V1" if v1 else "V0",
+        entrypoint=("vllm", "serve"),
+        always_chunked=v1,
+        block_sizes=(1, 8, 16, 32, 64, 128, 256) if v1 else (8, 16, 32),
+        # 0.11-era logs show ~38.5 B per seq x vocab entry, 0.19 ~16; V0 computes logits for
+        # max_num_seqs rows in fp32 with fewer copies. Rounded up for every era.
+        sampler_bytes=40 if v1 else 16,
+        # Logged non-torch memory: 0.07-0.35 GiB at TP=1 (up to 1.79 GiB on a 0.6.5 build),
+        # 0.54-2.17 GiB per GPU with NCCL at TP>1 (3.58 GiB on that 0.6.5 build).
+        non_torch_bytes_tp1=(512 if v1 else 2048) * MIB,
+        non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
+    )
