@@ -233,6 +233,11 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     util = opts.get("gpu_memory_utilization", None)
     if util is None:
         util = RECOMMENDED_UTILIZATION
+    if isinstance(util, str):  # extra-vars arrive as text
+        try:
+            util = float(util)
+        except ValueError:
+            pass
     if isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1:
         raise PlanError("gpu_memory_utilization", f"must be in (0, 1], got {util!r}",
                         f"use about {RECOMMENDED_UTILIZATION}")
@@ -330,11 +335,18 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         pool = kv_mem if kv_mem_set else max(0, budget - weights_per_gpu - res.total)
         return res, pool
 
-    res, pool = sized(seqs)
     if not seqs_set:
-        fit = int(POOL_SLACK * (pool // block_bytes)) // blocks_per_seq
-        seqs = max(1, min(MAX_NUM_SEQS_CAP, fit))
-        res, pool = sized(seqs)  # a smaller sampler leaves a slightly larger pool
+        # The largest max_num_seqs whose p95 sequences fit the slack-reduced pool. The pool
+        # shrinks as max_num_seqs grows (the sampler's profiling scratch), so search.
+        def fits(n: int) -> bool:
+            return n * blocks_per_seq <= int(POOL_SLACK * (sized(n)[1] // block_bytes))
+
+        low, high = 1, MAX_NUM_SEQS_CAP
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        seqs = low
+    res, pool = sized(seqs)
     if not mbt_set and batched < seqs:
         batched = seqs
     if mbt_set and batched < seqs:
@@ -343,7 +355,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
 
     num_blocks = pool // block_bytes
     pool_tokens = num_blocks * block
-    if not mml_set and workload is None and model_positions is not None:
+    if not mml_set and workload is None and model_positions is not None and pool_tokens > 0:
         # No workload: serve the longest context the pool can hold, block-aligned.
         max_model_len = max(block, min(max_model_len, pool_tokens))
         blocks_per_seq = -(-max_model_len // block)
