@@ -1,12 +1,16 @@
 """Ansible filters over the planner: a thin adapter, all logic lives in vllm_planner/.
 
     {{ config | kv_plan(gpu='H200', tensor_parallel_size=2, workload=...) }}
+    {{ config | kv_plan_replicas(8, 8000, tensor_parallel_size=2, gpu='H100-SXM') }}
+    {{ 8 | vllm_replicas(2, 8000) }}
     {{ plan | kv_plan_table('host / replica 0') }}
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +20,34 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from vllm_planner import PlanError, kv_plan, plan_table  # noqa: E402
+from vllm_planner import PlanError, kv_plan, plan_replicas, plan_table, split_gpus  # noqa: E402
 
 
-def _kv_plan(config: object, **options: Any) -> dict[str, Any]:
-    try:
-        return kv_plan(config, **options)
-    except PlanError as exc:
-        raise AnsibleFilterError(str(exc)) from None
+def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the planner's field-naming errors into Ansible errors, without a traceback."""
 
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except PlanError as exc:
+            raise AnsibleFilterError(str(exc)) from None
+        except (KeyError, TypeError) as exc:
+            if func is plan_table:
+                raise AnsibleFilterError(
+                    f"kv_plan_table: input is not a kv_plan result ({exc})") from None
+            raise
 
-def _kv_plan_table(plan: dict[str, Any], title: str = "") -> str:
-    try:
-        return plan_table(plan, title)
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError(f"kv_plan_table: input is not a kv_plan result ({exc})") from None
+    return wrapper
 
 
 class FilterModule:
-    """kv_plan and kv_plan_table."""
+    """kv_plan, kv_plan_replicas, vllm_replicas and kv_plan_table."""
 
     def filters(self) -> dict[str, Any]:
-        return {"kv_plan": _kv_plan, "kv_plan_table": _kv_plan_table}
+        return {
+            "kv_plan": _named_errors(kv_plan),
+            "kv_plan_replicas": _named_errors(plan_replicas),
+            "vllm_replicas": _named_errors(split_gpus),
+            "kv_plan_table": _named_errors(plan_table),
+        }

@@ -6,8 +6,10 @@ and a workload into vLLM flags that fit the KV pool, and refuses unsafe plans.
 
 from .errors import HazardError, PlanError
 from .plan import HAZARDS, OPTIONS, kv_plan
+from .replicas import plan_replicas, split_gpus
 from .report import plan_table
 from .versions import PINNED_VERSION
 
 __all__ = ["HAZARDS", "OPTIONS", "PINNED_VERSION", "HazardError", "PlanError", "kv_plan",
-           "plan_table"]
+           "plan_replicas",
+           "plan_table", "split_gpus"]

@@ -19,6 +19,7 @@ from .errors import PlanError
 # Keys under which multimodal configs nest their language model.
 NESTED_TEXT_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
 
+ASSUMED_VOCAB = 262144
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPE_ALIASES = {
     "float": "float32",
@@ -251,7 +252,10 @@ def parse_geometry(config: object) -> Geometry:
         shared = _int(sec, p, "shared_expert_intermediate_size", default=0, minimum=0)
         shared += _int(sec, p, "n_shared_experts", default=0, minimum=0) * moe_inter
 
-    vocab = _int(sec, p, "vocab_size", default=_int(cfg, "config.", "vocab_size", default=32000))
+    # Configs omit fields equal to their class default (Gemma 3's text_config omits its 262k
+    # vocabulary): assume a large vocabulary so the sampler's reserve is never under-counted.
+    vocab = _int(sec, p, "vocab_size",
+                 default=_int(cfg, "config.", "vocab_size", default=ASSUMED_VOCAB))
     raw_dtype = sec.get("torch_dtype", sec.get("dtype", cfg.get("torch_dtype", cfg.get("dtype"))))
     dtype = "bfloat16" if raw_dtype is None else canonical_dtype(
         raw_dtype, p + ("torch_dtype" if "torch_dtype" in sec else "dtype"))

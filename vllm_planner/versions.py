@@ -145,9 +145,10 @@ def traits(version: Version) -> EngineTraits:
         entrypoint=("vllm", "serve"),
         always_chunked=v1,
         block_sizes=(1, 8, 16, 32, 64, 128, 256) if v1 else (8, 16, 32),
-        # 0.11-era logs show ~38.5 B per seq x vocab entry, 0.19 ~16; V0 computes logits for
-        # max_num_seqs rows in fp32 with fewer copies. Rounded up for every era.
-        sampler_bytes=40 if v1 else 16,
+        # Profiling sampler scratch: ~38.5 B per (seq x vocab entry) in 0.11-era logs, ~15.5
+        # in 0.19 logs; V0 samples max_num_seqs rows in fp32 with fewer copies. Rounded up;
+        # releases between 0.11 and 0.19 keep the larger figure (unmeasured here).
+        sampler_bytes=18 if version >= (0, 19, 0) else 40 if v1 else 16,
         # Logged non-torch memory: 0.07-0.35 GiB at TP=1 (up to 1.79 GiB on a 0.6.5 build),
         # 0.54-2.17 GiB per GPU with NCCL at TP>1 (3.58 GiB on that 0.6.5 build).
         non_torch_bytes_tp1=(512 if v1 else 2048) * MIB,
