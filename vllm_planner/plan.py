@@ -525,7 +525,7 @@ def _argv(engine: EngineTraits, model: str, flags: Mapping[str, Any],
           extra: Mapping[str, Any], opts: Mapping[str, Any]) -> list[str]:
     argv = [*engine.entrypoint, model]
     for opt in ("served_model_name", "host", "port"):
-        if opts.get(opt) is not None:
+        if opts.get(opt) not in (None, ""):
             argv += [f"--{opt.replace('_', '-')}", str(opts[opt])]
     for key, value in [*flags.items(), *extra.items()]:
         name = key.replace("_", "-")

@@ -1,0 +1,94 @@
+"""playbooks/plan.yml end to end with the real ansible-playbook, on the control node only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_planner_errors import NOTES_CONFIG
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or \
+    "ansible-playbook"
+
+
+def run_plan(inventory: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0"}
+    return subprocess.run(
+        [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks" / "plan.yml")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def write_inventory(tmp: Path, options: dict[str, object], config: str | None = None) -> Path:
+    config_file = tmp / "config.json"
+    config_file.write_text(config or (ROOT / "inventories/example/models/"
+                                      "Qwen2.5-72B-Instruct/config.json").read_text())
+    inventory = {"all": {"children": {"vllm_servers": {
+        "hosts": {"gpu-1.test": None},
+        "vars": {"vllm_plan_model_config_file": str(config_file), "vllm_plan_gpu_count": 2,
+                 "vllm_plan_options": options}}}}}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+NOTES_TEMPLATE = {  # the notes' 2xH200 launch flags, on the pinned vLLM
+    "gpu": "H200", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.95,
+    "max_num_seqs": 256, "max_model_len": 32768, "kv_cache_dtype": "fp8",
+    "workload": {"prompt_tokens_p50": 4000, "prompt_tokens_p95": 16000,
+                 "output_tokens_p50": 500, "output_tokens_p95": 2000, "concurrency": 256},
+}
+
+
+def test_example_inventory_plans_every_host_and_replica() -> None:
+    result = run_plan(ROOT / "inventories" / "example")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for title in ("h200-a.gpu.example.internal / vllm-0 (GPUs 0,1, port 8000)",
+                  "h200-b.gpu.example.internal / vllm-0 (GPUs 0,1, port 8000)",
+                  "h100-a.gpu.example.internal / vllm-0 (GPUs 0,1,2,3, port 8000)",
+                  "h100-a.gpu.example.internal / vllm-1 (GPUs 4,5,6,7, port 8001)"):
+        assert title in out
+    assert "kv bytes/token/gpu        81,920 (fp8)" in out  # 72B, TP=2, fp8
+    assert "kv bytes/token/gpu        40,960 (fp8)" in out  # 72B, TP=4, fp8
+    assert "changed=0" in out and "failed=0" in out
+
+
+def test_the_notes_template_is_refused_before_any_host(tmp_path: Path) -> None:
+    result = run_plan(write_inventory(tmp_path, NOTES_TEMPLATE))
+    assert result.returncode != 0
+    out = result.stdout
+    assert "[REFUSED] runtime_oom" in out and "[REFUSED] preemption_storm" in out
+    assert "the plan is refused" in out and "hazard_overrides" in out
+    assert "Traceback" not in out + result.stderr
+
+
+def test_overridden_hazards_pass_with_their_reasons(tmp_path: Path) -> None:
+    reasons = {"runtime_oom": "load test 2026-11-20 held 0.95 for 72 h",
+               "preemption_storm": "batch tier; preemptions accepted by SRE-123"}
+    result = run_plan(write_inventory(tmp_path, {**NOTES_TEMPLATE, "hazard_overrides": reasons}))
+    assert result.returncode == 0, result.stdout
+    for reason in reasons.values():
+        assert f"OVERRIDDEN: {reason}" in result.stdout
+
+
+def test_the_notes_malformed_config_names_the_field(tmp_path: Path) -> None:
+    result = run_plan(write_inventory(tmp_path, {"gpu": "H200", "tensor_parallel_size": 2},
+                                      config=NOTES_CONFIG))
+    assert result.returncode != 0
+    assert "kv_plan: config: is not valid JSON" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("bad", [{"gpu": "H200", "tensor_parallel_size": 3}])
+def test_gpus_that_do_not_split_into_replicas_are_refused(tmp_path: Path,
+                                                          bad: dict[str, object]) -> None:
+    result = run_plan(write_inventory(tmp_path, bad))
+    assert result.returncode != 0
+    assert "kv_plan: tensor_parallel_size: 3 does not divide the host's 2 GPUs" in result.stdout
