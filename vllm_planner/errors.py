@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PlanError(ValueError):
     """Bad or contradictory input. ``field`` is the option (dotted for nested keys)."""
@@ -16,9 +18,9 @@ class PlanError(ValueError):
 class HazardError(PlanError):
     """The plan is well-formed but unsafe; carries the full plan for reporting."""
 
-    def __init__(self, messages: list[str], plan: dict[str, object]) -> None:
+    def __init__(self, messages: list[str], plan: dict[str, Any]) -> None:
         self.plan = plan
-        ids = ", ".join(str(h["id"]) for h in plan["hazards"] if not h["overridden"])  # type: ignore[attr-defined,index]
+        ids = ", ".join(str(h["id"]) for h in plan["hazards"] if not h["overridden"])
         super().__init__(
             "hazards",
             "the plan is refused: " + " | ".join(messages),

@@ -134,8 +134,8 @@ def _overrides(value: object) -> dict[str, str]:
 
 def _weights_bytes(geo: Geometry, opts: Mapping[str, Any], dtype_bytes: int) -> tuple[int, str]:
     if opts.get("weights_bytes") is not None:
-        return _positive_int(opts["weights_bytes"], "weights_bytes",
-                             "give the checkpoint's total bytes (all GPUs together)"), "weights_bytes"
+        fix = "give the checkpoint's total bytes (all GPUs together)"
+        return _positive_int(opts["weights_bytes"], "weights_bytes", fix), "weights_bytes"
     index = opts.get("safetensors_index")
     if index is not None:
         if isinstance(index, str | bytes):
@@ -153,7 +153,8 @@ def _weights_bytes(geo: Geometry, opts: Mapping[str, Any], dtype_bytes: int) -> 
     return math.ceil(linear_bytes + embed * dtype_bytes), "parameter count"
 
 
-def _kv_dtype(opts: Mapping[str, Any], gpu: Gpu, engine: EngineTraits, dtype: str) -> tuple[str, int]:
+def _kv_dtype(opts: Mapping[str, Any], gpu: Gpu, engine: EngineTraits,
+              dtype: str) -> tuple[str, int]:
     """(flag value, bytes per element)."""
     value = opts.get("kv_cache_dtype")
     if value is None:

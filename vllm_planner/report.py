@@ -9,7 +9,7 @@ GIB = 1 << 30
 
 
 def _gib(value: object) -> str:
-    return f"{int(value) / GIB:.2f}" if isinstance(value, int) else "-"  # type: ignore[arg-type]
+    return f"{value / GIB:.2f}" if isinstance(value, int) else "-"
 
 
 def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
