@@ -1,0 +1,61 @@
+# `make test` is the project's test command (CI runs it through .ci/run as root
+# on a fresh Debian 12 machine). It runs, in order:
+#   setup     apt packages, podman runtime config, .venv   (scripts/setup.sh)
+#   lint      yamllint, ansible-lint, ruff, mypy
+#   unit      pytest tests/unit
+#   images    systemd test-host images, cached by input hash (scripts/build-images.sh)
+#   molecule  `molecule test -s NAME` for every molecule/NAME/molecule.yml
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV_BIN := $(CURDIR)/.venv/bin
+HOST_PATH := $(PATH)
+# molecule and ansible-lint call ansible-playbook & co. through PATH.
+export PATH := $(VENV_BIN):$(PATH)
+
+SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+# mypy refuses folders without Python files; check those that have some.
+MYPY_CANDIDATES := filter_plugins library scripts bench vllm_planner molecule
+MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
+
+.PHONY: help setup images lint unit molecule test
+
+help:
+	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
+	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
+	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
+	@echo "make lint       yamllint, ansible-lint, ruff check, mypy"
+	@echo "make unit       pytest tests/unit"
+	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
+
+setup:
+	PATH="$(HOST_PATH)" scripts/setup.sh
+
+images: setup
+	scripts/build-images.sh
+
+lint: setup
+	yamllint --strict .
+	ansible-lint
+	ruff check .
+	mypy $(MYPY_PATHS)
+
+unit: setup
+	@rc=0; pytest tests/unit || rc=$$?; \
+	if [[ $$rc -eq 5 ]]; then echo "unit: no tests collected under tests/unit"; \
+	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
+
+molecule: images
+	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
+	@for scenario in $(SCENARIOS); do \
+	  start=$$SECONDS; \
+	  echo "=== molecule test -s $$scenario"; \
+	  if ! molecule test -s "$$scenario"; then \
+	    echo "=== molecule scenario $$scenario FAILED after $$((SECONDS - start)) s" >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "=== molecule scenario $$scenario passed in $$((SECONDS - start)) s"; \
+	done
+
+test: setup lint unit images molecule
