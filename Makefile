@@ -19,9 +19,10 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := filter_plugins library scripts bench vllm_planner molecule
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup images lint unit molecule test
+.PHONY: help setup images lint unit molecule test demo
 
 help:
+	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
 	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
@@ -59,3 +60,8 @@ molecule: images
 	done
 
 test: setup lint unit images molecule
+
+# The main job on the built-in local target: plan every engine replica of
+# inventories/local (the control node only; nothing is changed).
+demo: setup
+	ansible-playbook -i inventories/local playbooks/plan.yml
