@@ -4,6 +4,7 @@
     {{ config | kv_plan_replicas(8, 8000, tensor_parallel_size=2, gpu='H100-SXM') }}
     {{ 8 | vllm_replicas(2, 8000) }}
     {{ plan | kv_plan_table('host / replica 0') }}
+    {{ '0.32.0' | vllm_metrics }}
 """
 
 from __future__ import annotations
@@ -20,7 +21,20 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from vllm_planner import PlanError, kv_plan, plan_replicas, plan_table, split_gpus  # noqa: E402
+from vllm_planner import (  # noqa: E402
+    PlanError,
+    kv_plan,
+    metric_names,
+    parse_version,
+    plan_replicas,
+    plan_table,
+    split_gpus,
+)
+
+
+def vllm_metrics(version: object) -> dict[str, str]:
+    """Metric names the given vLLM release exports (for alert rules and checks)."""
+    return metric_names(parse_version(version))
 
 
 def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +56,7 @@ def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FilterModule:
-    """kv_plan, kv_plan_replicas, vllm_replicas and kv_plan_table."""
+    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table and vllm_metrics."""
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -50,4 +64,5 @@ class FilterModule:
             "kv_plan_replicas": _named_errors(plan_replicas),
             "vllm_replicas": _named_errors(split_gpus),
             "kv_plan_table": _named_errors(plan_table),
+            "vllm_metrics": _named_errors(vllm_metrics),
         }

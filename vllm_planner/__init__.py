@@ -8,8 +8,9 @@ from .errors import HazardError, PlanError
 from .plan import HAZARDS, OPTIONS, kv_plan
 from .replicas import plan_replicas, split_gpus
 from .report import plan_table
-from .versions import PINNED_VERSION
+from .versions import PINNED_VERSION, metric_names, parse_version
 
-__all__ = ["HAZARDS", "OPTIONS", "PINNED_VERSION", "HazardError", "PlanError", "kv_plan",
-           "plan_replicas",
-           "plan_table", "split_gpus"]
+__all__ = [
+    "HAZARDS", "OPTIONS", "PINNED_VERSION", "HazardError", "PlanError", "kv_plan",
+    "metric_names", "parse_version", "plan_replicas", "plan_table", "split_gpus",
+]

@@ -154,3 +154,22 @@ def traits(version: Version) -> EngineTraits:
         non_torch_bytes_tp1=(512 if v1 else 2048) * MIB,
         non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
     )
+
+
+# Metric names that changed between releases. vLLM deprecated vllm:gpu_cache_usage_perc in
+# favour of vllm:kv_cache_usage_perc (introduced in 0.10; the old name is hidden from 0.11
+# and removed in 0.12). The other names the alerts use are stable from 0.5 on.
+KV_CACHE_USAGE_RENAMED = (0, 10, 0)
+
+
+def metric_names(version: Version) -> dict[str, str]:
+    """Prometheus metric names a vLLM release exports, by role."""
+    return {
+        "kv_cache_usage": "vllm:kv_cache_usage_perc" if version >= KV_CACHE_USAGE_RENAMED
+        else "vllm:gpu_cache_usage_perc",
+        "preemptions": "vllm:num_preemptions_total",
+        "requests_running": "vllm:num_requests_running",
+        "requests_waiting": "vllm:num_requests_waiting",
+        "ttft": "vllm:time_to_first_token_seconds",
+        "e2e_latency": "vllm:e2e_request_latency_seconds",
+    }
