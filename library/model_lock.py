@@ -1,0 +1,325 @@
+#!/usr/bin/python
+"""Ansible module model_lock: resolve a Hugging Face revision into a sha256 lock, or check one.
+
+The logic is plain typed functions (``parse_lock``, ``build_lock``, ``select_paths``,
+``resolve_lock``, ``render_lock``) usable without Ansible; ``main`` is the thin adapter.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypedDict
+
+DOCUMENTATION = r"""
+module: model_lock
+short_description: Resolve a Hugging Face model revision into a sha256 lock file, or check one
+description:
+  - C(state=locked) resolves O(revision) (branch, tag or commit) of O(repo_id) to its commit
+    sha with the Hub API (the mirror in E(HF_ENDPOINT)), lists every file matching
+    O(patterns) with its size and sha256 (the LFS oid for LFS files; small non-LFS files are
+    downloaded and hashed) and writes O(lock_file) as YAML.
+  - C(state=validated) reads O(lock_file) and refuses a malformed digest (not 64 hex
+    characters), a missing or bad size, a duplicate or unsafe path, an unpinned revision
+    (anything but a 40-hex commit) or an empty file list, naming the path of each error.
+  - O(token) is put only into this process's environment (E(HF_TOKEN)) for huggingface_hub.
+options:
+  state:
+    type: str
+    choices: [locked, validated]
+    default: validated
+  lock_file:
+    type: path
+    required: true
+  repo_id:
+    type: str
+  revision:
+    type: str
+    default: main
+  endpoint:
+    type: str
+    default: ""
+    description: HF_ENDPOINT, an internal mirror; empty means huggingface.co.
+  token:
+    type: str
+    default: ""
+    no_log: true
+  patterns:
+    type: list
+    elements: str
+    default: ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
+"""
+
+RETURN = r"""
+lock:
+  description: The lock (repo_id, commit, revision, files with path, size, sha256), validated.
+  type: dict
+total_bytes:
+  description: Sum of the locked files' sizes.
+  type: int
+"""
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+HEX40 = re.compile(r"[0-9a-f]{40}")
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+LOCK_VERSION = 1
+
+
+class LockError(ValueError):
+    """A lock that must not be deployed; ``errors`` names each bad path."""
+
+    def __init__(self, source: str, errors: Sequence[str]) -> None:
+        self.errors = list(errors)
+        super().__init__(
+            f"{source}: refused, {len(self.errors)} error(s): " + "; ".join(self.errors)
+        )
+
+
+class LockedFile(TypedDict):
+    path: str
+    size: int
+    sha256: str
+
+
+class Lock(TypedDict):
+    version: int
+    repo_id: str
+    revision: str
+    commit: str
+    files: list[LockedFile]
+
+
+def _path_error(path: object) -> str | None:
+    if not isinstance(path, str) or not path:
+        return "path is missing or not a string"
+    parts = path.split("/")
+    if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        return f"path {path!r} must be relative, '/'-separated, without '.' or '..'"
+    if parts[0] == ".cache":
+        return f"path {path!r} is under .cache, which the Hub client owns"
+    return None
+
+
+def _digest_error(value: object) -> str | None:
+    if not isinstance(value, str):
+        return "sha256 is missing"
+    if HEX64.fullmatch(value):
+        return None
+    if re.fullmatch(r"[0-9A-Fa-f]+", value):
+        if len(value) == 64:
+            return f"sha256 {value!r} has upper-case hex; write the digest in lower case"
+        return (
+            f"sha256 {value!r} has {len(value)} hex characters, a sha256 digest has 64"
+            " (not a real digest: re-run playbooks/lock_model.yml)"
+        )
+    return f"sha256 {value!r} is not 64 lower-case hex characters"
+
+
+def parse_lock(data: object, source: str = "lock") -> Lock:
+    """Validate a lock mapping; return it normalised or raise LockError listing every error."""
+    if not isinstance(data, Mapping):
+        raise LockError(source, ["the lock is not a mapping (repo_id, commit, files)"])
+    errors: list[str] = []
+    repo_id = data.get("repo_id")
+    if not isinstance(repo_id, str) or not REPO_ID.fullmatch(repo_id):
+        errors.append(f"repo_id {repo_id!r} is not 'org/name'")
+    commit = data.get("commit")
+    if not isinstance(commit, str) or not HEX40.fullmatch(commit):
+        errors.append(
+            f"commit {commit!r} is not pinned: a lock needs the 40-hex commit sha, not a branch"
+            " or tag name (resolve it with playbooks/lock_model.yml)"
+        )
+    revision = data.get("revision", commit)
+    files = data.get("files")
+    out: list[LockedFile] = []
+    if not isinstance(files, list) or not files:
+        errors.append("files is missing or empty")
+        files = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(files):
+        where = f"files[{i}]"
+        if not isinstance(entry, Mapping):
+            errors.append(f"{where}: not a mapping with path, size, sha256")
+            continue
+        path = entry.get("path")
+        if isinstance(path, str) and path:
+            where = f"files[{i}] ({path})"
+        entry_errors = []
+        if (err := _path_error(path)) is not None:
+            entry_errors.append(err)
+        elif path in seen:
+            entry_errors.append(f"duplicate path, also files[{seen[str(path)]}]")
+        else:
+            seen[str(path)] = i
+        size = entry.get("size")
+        if size is None:
+            entry_errors.append("size is missing")
+        elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            entry_errors.append(f"size {size!r} is not a byte count (integer >= 0)")
+        if (err := _digest_error(entry.get("sha256"))) is not None:
+            entry_errors.append(err)
+        unknown = sorted(set(entry) - {"path", "size", "sha256"})
+        if unknown:
+            entry_errors.append(f"unknown keys {unknown}")
+        errors.extend(f"{where}: {e}" for e in entry_errors)
+        if not entry_errors:
+            out.append({"path": str(path), "size": int(str(size)), "sha256": str(entry["sha256"])})
+    if errors:
+        raise LockError(source, errors)
+    return {
+        "version": LOCK_VERSION,
+        "repo_id": str(repo_id),
+        "revision": str(revision),
+        "commit": str(commit),
+        "files": sorted(out, key=lambda f: f["path"]),
+    }
+
+
+def select_paths(paths: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """Paths matching any pattern (fnmatch, like the Hub client's allow_patterns), sorted."""
+    return sorted(p for p in set(paths) if any(fnmatch.fnmatch(p, pat) for pat in patterns))
+
+
+def build_lock(
+    repo_id: str, revision: str, commit: str, files: Iterable[tuple[str, int, str]]
+) -> Lock:
+    """A lock from resolved (path, size, sha256) triples, validated like any other."""
+    data = {
+        "repo_id": repo_id,
+        "revision": revision,
+        "commit": commit,
+        "files": [{"path": p, "size": s, "sha256": d} for p, s, d in files],
+    }
+    return parse_lock(data, f"lock of {repo_id}@{revision}")
+
+
+def render_lock(lock: Lock) -> str:
+    """The lock as stable YAML text (sorted files, one key per line), no YAML library needed."""
+    lines = [
+        "---",
+        "# Model lock written by playbooks/lock_model.yml: deploy exactly these bytes.",
+        f"version: {lock['version']}",
+        f"repo_id: {lock['repo_id']}",
+        f"revision: {json.dumps(lock['revision'])}",
+        f"commit: {json.dumps(lock['commit'])}",
+        "files:",
+    ]
+    for f in lock["files"]:
+        lines += [f"  - path: {json.dumps(f['path'])}", f"    size: {f['size']}", f"    sha256: {f['sha256']}"]
+    return "\n".join(lines) + "\n"
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def resolve_lock(repo_id: str, revision: str, patterns: Sequence[str]) -> Lock:
+    """Resolve REVISION with the Hub API (HF_ENDPOINT, HF_TOKEN from the environment)."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi()
+    commit = api.model_info(repo_id, revision=revision).sha
+    if commit is None:
+        raise LockError(f"{repo_id}@{revision}", ["the Hub returned no commit sha"])
+    entries = {
+        e.path: e
+        for e in api.list_repo_tree(repo_id, revision=commit, recursive=True, expand=True)
+        if isinstance(e, RepoFile)
+    }
+    chosen = select_paths(entries, patterns)
+    if not chosen:
+        raise LockError(f"{repo_id}@{revision}", [f"no file matches the patterns {list(patterns)}"])
+    resolved: list[tuple[str, int, str]] = []
+    with tempfile.TemporaryDirectory(prefix="model-lock-") as tmp:
+        for path in chosen:
+            entry = entries[path]
+            if entry.lfs is not None:
+                resolved.append((path, entry.lfs.size, entry.lfs.sha256))
+                continue
+            local = hf_hub_download(repo_id, path, revision=commit, local_dir=tmp)
+            size = os.path.getsize(local)
+            if size != entry.size:
+                raise LockError(path, [f"downloaded {size} bytes, the Hub lists {entry.size}"])
+            resolved.append((path, size, sha256_file(Path(local))))
+    return build_lock(repo_id, revision, commit, resolved)
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["locked", "validated"], "default": "validated"},
+            "lock_file": {"type": "path", "required": True},
+            "repo_id": {"type": "str"},
+            "revision": {"type": "str", "default": "main"},
+            "endpoint": {"type": "str", "default": ""},
+            "token": {"type": "str", "default": "", "no_log": True},
+            "patterns": {
+                "type": "list",
+                "elements": "str",
+                "default": ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"],
+            },
+        },
+        required_if=[("state", "locked", ["repo_id"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    lock_file = Path(p["lock_file"])
+    # The Hub client reads these when it is imported (resolve_lock imports it).
+    if p["endpoint"]:
+        os.environ["HF_ENDPOINT"] = p["endpoint"]
+    if p["token"]:
+        os.environ["HF_TOKEN"] = p["token"]  # this process's environment only
+    os.environ["HF_HUB_DISABLE_XET"] = "1"
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    try:
+        if p["state"] == "validated":
+            import yaml
+
+            try:
+                text = lock_file.read_text()
+            except OSError as exc:
+                module.fail_json(msg=f"{lock_file}: cannot read the lock ({exc.strerror})")
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                module.fail_json(msg=f"{lock_file}: not valid YAML ({exc})")
+            lock = parse_lock(data, str(lock_file))
+            module.exit_json(changed=False, lock=lock, total_bytes=total_bytes(lock))
+        lock = resolve_lock(p["repo_id"], p["revision"], p["patterns"])
+    except LockError as exc:
+        module.fail_json(msg=str(exc), errors=exc.errors)
+    except Exception as exc:  # the Hub client's errors: report them without a traceback
+        module.fail_json(msg=f"{p['repo_id']}@{p['revision']}: {type(exc).__name__}: {exc}")
+    text = render_lock(lock)
+    before = lock_file.read_text() if lock_file.exists() else ""
+    changed = before != text
+    if changed and not module.check_mode:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = lock_file.with_name(f".{lock_file.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, lock_file)
+    module.exit_json(
+        changed=changed,
+        lock=lock,
+        total_bytes=total_bytes(lock),
+        diff={"before": before, "after": text, "before_header": str(lock_file)},
+    )
+
+
+def total_bytes(lock: Lock) -> int:
+    return sum(f["size"] for f in lock["files"])
+
+
+if __name__ == "__main__":
+    main()

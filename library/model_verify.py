@@ -1,0 +1,432 @@
+#!/usr/bin/python
+"""Ansible module model_verify: check model files against a lock, stage, and switch atomically.
+
+Plain typed functions hold the logic (``verify_dir``, ``preflight``, ``promote``,
+``sha256_file``, ``hash_many``); ``main`` is the thin Ansible adapter. Actions:
+
+* ``verify``: every locked file's size and sha256. A stamp file keeps (size, mtime_ns,
+  inode, sha256) per verified file, so an unchanged file costs one stat() and nothing is
+  re-hashed; ``full`` re-hashes everything. Files whose bytes do not match are removed
+  (``remove_bad``) so they can never be promoted, and files not in the lock are removed
+  (``prune``). Hashing runs in a process pool, up to the host's cores.
+* ``preflight``: free space on the model filesystem >= locked bytes not yet present + margin.
+* ``stage``: fill a staging directory from a pre-staged directory (hard links, else copies).
+* ``promote``: rename a verified staging directory to ``<root>/<commit>`` and switch the
+  ``current`` symlink by renaming a temporary symlink over it; keep ``keep`` revisions.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+DOCUMENTATION = r"""
+module: model_verify
+short_description: Verify model files against a sha256 lock, stage them and switch atomically
+options:
+  action:
+    type: str
+    choices: [verify, preflight, stage, promote]
+    required: true
+  path:
+    description: The directory to verify, stage into or promote (a staging directory).
+    type: path
+    required: true
+  files:
+    description: The lock's files (path, size, sha256).
+    type: list
+    elements: dict
+  stamp_file:
+    type: path
+  full:
+    type: bool
+    default: false
+  jobs:
+    description: Hashing processes; 0 = the host's cores.
+    type: int
+    default: 0
+  remove_bad:
+    type: bool
+    default: false
+  prune:
+    type: bool
+    default: false
+  source:
+    description: For stage, the pre-staged directory.
+    type: path
+  margin_bytes:
+    type: int
+    default: 0
+  present_dirs:
+    description: For preflight, directories whose files already count as present.
+    type: list
+    elements: path
+    default: []
+  root:
+    description: For promote, the model root holding <commit> directories and current.
+    type: path
+  commit:
+    type: str
+  keep:
+    type: int
+    default: 2
+"""
+
+BUF = 1 << 20
+STAMP_VERSION = 1
+
+
+class LockedFile(TypedDict):
+    path: str
+    size: int
+    sha256: str
+
+
+class VerifyError(Exception):
+    """Bad bytes or a bad layout: the message names each path."""
+
+
+def sha256_file(path: str) -> str:
+    """sha256 of a file, read in 1 MiB blocks (hashlib.file_digest releases the GIL)."""
+    with open(path, "rb", buffering=0) as fh:
+        return hashlib.file_digest(fh, "sha256", _bufsize=BUF).hexdigest()
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def hash_many(paths: Sequence[str], jobs: int = 0) -> dict[str, str]:
+    """sha256 of each path; in a fork process pool of up to `jobs` (0 = cores) workers."""
+    workers = min(jobs or cpu_count(), len(paths))
+    if workers <= 1:
+        return {p: sha256_file(p) for p in paths}
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        # Largest first: the pool stays busy until the end.
+        order = sorted(paths, key=lambda p: -os.path.getsize(p))
+        return dict(zip(order, pool.map(sha256_file, order, chunksize=1), strict=True))
+
+
+def stamp_key(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+
+
+def load_stamps(stamp_file: Path | None) -> dict[str, dict[str, Any]]:
+    if stamp_file is None:
+        return {}
+    try:
+        data = json.loads(stamp_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != STAMP_VERSION:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Atomically write TEXT to PATH unless it already holds it; True if written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+@dataclass
+class Report:
+    checked: int = 0
+    stamped: int = 0
+    hashed_files: int = 0
+    hashed_bytes: int = 0
+    missing: list[str] = field(default_factory=list)
+    bad: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    stamp_changed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.bad
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked,
+            "stamped": self.stamped,
+            "hashed_files": self.hashed_files,
+            "hashed_bytes": self.hashed_bytes,
+            "missing": self.missing,
+            "bad": self.bad,
+            "removed": self.removed,
+            "pruned": self.pruned,
+            "stamp_changed": self.stamp_changed,
+        }
+
+
+def extra_paths(root: Path, files: Sequence[LockedFile]) -> list[str]:
+    """Files and links under ROOT that the lock does not list (directories aside)."""
+    wanted = {f["path"] for f in files}
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if rel not in wanted:
+                found.append(rel)
+    return sorted(found)
+
+
+def verify_dir(
+    root: Path,
+    files: Sequence[LockedFile],
+    stamp_file: Path | None = None,
+    *,
+    full: bool = False,
+    jobs: int = 0,
+    remove_bad: bool = False,
+    prune: bool = False,
+    dry_run: bool = False,
+) -> Report:
+    """Check each locked file under ROOT by size, then by stamp or sha256; update the stamp."""
+    report = Report()
+    stamps = {} if full else load_stamps(stamp_file)
+    new_stamps: dict[str, dict[str, Any]] = {}
+    to_hash: dict[str, LockedFile] = {}
+    keys: dict[str, list[int]] = {}
+    for f in files:
+        report.checked += 1
+        full_path = root / f["path"]
+        try:
+            st = full_path.lstat()
+        except FileNotFoundError:
+            report.missing.append(f["path"])
+            continue
+        if not full_path.is_file() or full_path.is_symlink():
+            report.bad.append(f"{f['path']}: not a regular file")
+            continue
+        if st.st_size != f["size"]:
+            report.bad.append(f"{f['path']}: size {st.st_size}, the lock says {f['size']}")
+            continue
+        key = stamp_key(st)
+        old = stamps.get(f["path"])
+        if old is not None and old.get("key") == key and old.get("sha256") == f["sha256"]:
+            report.stamped += 1
+            new_stamps[f["path"]] = old
+            continue
+        to_hash[str(full_path)] = f
+        keys[str(full_path)] = key
+    digests = hash_many(list(to_hash), jobs)
+    for full_name, f in to_hash.items():
+        report.hashed_files += 1
+        report.hashed_bytes += f["size"]
+        if digests[full_name] != f["sha256"]:
+            report.bad.append(f"{f['path']}: sha256 {digests[full_name]}, the lock says {f['sha256']}")
+            continue
+        # A file rewritten while being hashed would change its key: stamp only if unchanged.
+        if stamp_key(os.lstat(full_name)) == keys[full_name]:
+            new_stamps[f["path"]] = {"key": keys[full_name], "sha256": f["sha256"]}
+    if remove_bad and not dry_run:
+        for entry in report.bad:
+            path = entry.split(": ", 1)[0]
+            target = root / path
+            if target.is_file() or target.is_symlink():
+                target.unlink()
+                report.removed.append(path)
+    if prune:
+        report.pruned = extra_paths(root, files)
+        if not dry_run:
+            for rel in report.pruned:
+                (root / rel).unlink()
+            for dirpath, _dirs, _files in sorted(os.walk(root), reverse=True):
+                if dirpath != str(root) and not os.listdir(dirpath):
+                    os.rmdir(dirpath)
+    if stamp_file is not None and report.ok and not dry_run:
+        text = json.dumps({"version": STAMP_VERSION, "files": new_stamps}, indent=1, sort_keys=True)
+        report.stamp_changed = write_if_changed(stamp_file, text + "\n")
+    return report
+
+
+def bytes_missing(files: Sequence[LockedFile], present_dirs: Sequence[Path]) -> int:
+    """Locked bytes not yet on disk with the right size in any of PRESENT_DIRS."""
+    missing = 0
+    for f in files:
+        if not any(_size_of(d / f["path"]) == f["size"] for d in present_dirs):
+            missing += f["size"]
+    return missing
+
+
+def _size_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def preflight(path: Path, files: Sequence[LockedFile], present_dirs: Sequence[Path], margin: int) -> dict[str, int]:
+    """Raise VerifyError unless the filesystem of PATH has the missing bytes plus MARGIN free."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    need = bytes_missing(files, present_dirs)
+    facts = {"free_bytes": free, "needed_bytes": need, "margin_bytes": margin}
+    if need > 0 and free < need + margin:
+        raise VerifyError(
+            f"not enough disk space on {probe}: {free} bytes free, the lock needs {need} more"
+            f" bytes plus a margin of {margin} (model_artifacts_disk_margin_bytes). Free space"
+            " or move model_artifacts_root to a larger filesystem."
+        )
+    return facts
+
+
+def stage(source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool = False) -> list[str]:
+    """Link (or copy) locked files from a pre-staged SOURCE into DEST; return those added."""
+    added: list[str] = []
+    absent = [f["path"] for f in files if not (source / f["path"]).is_file()]
+    if absent:
+        raise VerifyError(f"the pre-staged directory {source} lacks: " + ", ".join(absent))
+    for f in files:
+        src, dst = source / f["path"], dest / f["path"]
+        if dst.is_file() and os.path.samefile(src, dst):
+            continue
+        if dst.is_file() and dst.stat().st_size == f["size"] and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
+            continue
+        added.append(f["path"])
+        if dry_run:
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.stage")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    return added
+
+
+def promote(staging: Path, root: Path, commit: str, keep: int, dry_run: bool = False) -> dict[str, Any]:
+    """Move STAGING to ROOT/COMMIT (if given) and point ROOT/current at it atomically."""
+    live = root / "current"
+    target = root / commit
+    result: dict[str, Any] = {"changed": False, "previous": None, "pruned": []}
+    if live.is_symlink():
+        result["previous"] = os.readlink(live)
+    if not target.is_dir():
+        if not staging.is_dir() and not dry_run:
+            raise VerifyError(f"neither {target} nor the staging directory {staging} exists")
+        result["changed"] = True
+        if not dry_run:
+            os.replace(staging, target)
+    if result["previous"] != commit:
+        result["changed"] = True
+        if not dry_run:
+            tmp = root / ".current.tmp"
+            tmp.unlink(missing_ok=True)
+            os.symlink(commit, tmp)  # relative: the tree can move
+            os.replace(tmp, live)
+            fd = os.open(root, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    # Keep the live revision and the newest others, up to `keep` in all.
+    revisions = sorted(
+        (d for d in root.iterdir() if d.is_dir() and not d.is_symlink() and len(d.name) == 40 and d.name != commit),
+        key=lambda d: d.stat().st_mtime,
+        reverse=True,
+    )
+    for old in revisions[max(keep - 1, 0):]:
+        result["pruned"].append(old.name)
+        result["changed"] = True
+        if not dry_run:
+            shutil.rmtree(old)
+    return result
+
+
+def _files_param(raw: Sequence[Mapping[str, Any]]) -> list[LockedFile]:
+    return [{"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])} for f in raw]
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "choices": ["verify", "preflight", "stage", "promote"], "required": True},
+            "path": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "dict", "default": []},
+            "stamp_file": {"type": "path"},
+            "full": {"type": "bool", "default": False},
+            "jobs": {"type": "int", "default": 0},
+            "remove_bad": {"type": "bool", "default": False},
+            "prune": {"type": "bool", "default": False},
+            "source": {"type": "path"},
+            "margin_bytes": {"type": "int", "default": 0},
+            "present_dirs": {"type": "list", "elements": "path", "default": []},
+            "root": {"type": "path"},
+            "commit": {"type": "str"},
+            "keep": {"type": "int", "default": 2},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    path = Path(p["path"])
+    files = _files_param(p["files"])
+    dry = module.check_mode
+    try:
+        if p["action"] == "preflight":
+            facts = preflight(path, files, [Path(d) for d in p["present_dirs"]], p["margin_bytes"])
+            module.exit_json(changed=False, **facts)
+        if p["action"] == "stage":
+            if not dry:
+                path.mkdir(parents=True, exist_ok=True)
+            added = stage(Path(p["source"]), path, files, dry)
+            module.exit_json(changed=bool(added), added=added)
+        if p["action"] == "promote":
+            result = promote(path, Path(p["root"]), p["commit"], p["keep"], dry)
+            module.exit_json(**result)
+        if not path.is_dir():
+            if dry:
+                module.exit_json(changed=False, skipped_reason=f"{path} does not exist yet")
+            module.fail_json(msg=f"{path}: no such directory to verify")
+        stamp = Path(p["stamp_file"]) if p["stamp_file"] else None
+        report = verify_dir(
+            path, files, stamp, full=p["full"], jobs=p["jobs"],
+            remove_bad=p["remove_bad"], prune=p["prune"], dry_run=dry,
+        )
+    except (VerifyError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    result = report.as_dict()
+    changed = report.stamp_changed or bool(report.removed) or bool(report.pruned)
+    if not report.ok:
+        problems = [f"{m}: missing" for m in report.missing] + report.bad
+        module.fail_json(
+            msg=f"{path}: {len(problems)} file(s) do not match the lock: " + "; ".join(problems)
+            + ". Nothing was switched; the live model is untouched.",
+            changed=changed,
+            **result,
+        )
+    module.exit_json(changed=changed, **result)
+
+
+if __name__ == "__main__":
+    main()
