@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -129,8 +130,9 @@ def serve(mirror: Path, port: int, logdir: Path) -> None:
         "[accessibility]\n"
         "offline = true\n"
     )
-    cmd = [sys.executable, "-m", "olah.server", "-c", str(conf), "--log-path", str(logdir)]
-    raise SystemExit(subprocess.call(cmd, cwd=logdir))
+    os.chdir(logdir)
+    # exec: a signal to this process reaches olah itself.
+    os.execv(sys.executable, [sys.executable, "-m", "olah.server", "-c", str(conf), "--log-path", str(logdir)])
 
 
 def main(argv: list[str]) -> None:
