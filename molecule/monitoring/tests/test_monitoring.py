@@ -1,0 +1,67 @@
+"""Exporters and Prometheus, for real, on a test host."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+
+def _get(host: Any, url: str) -> Any:
+    return json.loads(host.check_output(f"python3 -c \"import urllib.request,sys;"
+                                        f"sys.stdout.write(urllib.request.urlopen('{url}')"
+                                        f".read().decode())\""))
+
+
+def _query(host: Any, expr: str, wait: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + wait
+    while True:
+        data = _get(host, "http://127.0.0.1:9090/api/v1/query?query="
+                    + expr.replace(" ", "%20").replace("\"", "%22").replace("{", "%7B")
+                    .replace("}", "%7D"))
+        result: list[dict[str, Any]] = data["data"]["result"]
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(2)
+
+
+def test_services_are_running(host: Any) -> None:
+    for unit in ("prometheus", "prometheus-node-exporter", "nvidia-vram-collector.timer"):
+        assert host.service(unit).is_running or host.service(unit).is_enabled, unit
+    assert host.service("prometheus").is_running
+    assert host.service("prometheus-node-exporter").is_running
+
+
+def test_collector_writes_the_textfile(host: Any) -> None:
+    prom = host.file("/var/lib/prometheus/node-exporter/nvidia_vram.prom")
+    assert prom.exists and prom.mode == 0o644
+    assert 'nvidia_vram_collector_up{error=""} 1' in prom.content_string
+
+
+def test_node_exporter_serves_gpu_memory(host: Any) -> None:
+    metrics = host.check_output("python3 -c \"import urllib.request;print(urllib.request"
+                                ".urlopen('http://127.0.0.1:9100/metrics').read().decode())\"")
+    assert "node_cpu_seconds_total" in metrics
+    assert 'nvidia_gpu_memory_used_bytes{gpu="0"' in metrics
+
+
+def test_prometheus_scrapes_gpu_memory_and_loaded_the_rules(host: Any) -> None:
+    series = _query(host, 'nvidia_gpu_memory_used_bytes{gpu="1"}')
+    assert series and float(series[0]["value"][1]) == 126398 * 1024 * 1024
+    rules = _get(host, "http://127.0.0.1:9090/api/v1/rules")
+    names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
+    assert {"VllmPreemptionStorm", "VllmKvPoolNearFull", "VllmTtftHigh", "VllmTtftCritical",
+            "VllmQueueBacklog", "VllmEngineDown", "GpuVramLeak"} <= names
+
+
+def test_engine_down_fires_when_no_engine_answers(host: Any) -> None:
+    # This host is in vllm_servers but runs no engine: the scrape fails and the alert fires.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        alerts = _get(host, "http://127.0.0.1:9090/api/v1/alerts")["data"]["alerts"]
+        firing = [a for a in alerts if a["labels"]["alertname"] == "VllmEngineDown"
+                  and a["state"] == "firing"]
+        if firing:
+            return
+        time.sleep(3)
+    raise AssertionError(f"VllmEngineDown never fired: {alerts}")
