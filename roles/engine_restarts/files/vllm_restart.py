@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""Restart vLLM engine replicas one at a time: drain, restart, wait healthy, prove it serves.
+
+Every step is logged with a UTC timestamp. The first failing replica stops the run (exit 1)
+so the remaining replicas keep serving. Standard library only; installed by the
+engine_restarts role, driven by cron (weekly, staggered) and playbooks/rolling_restart.yml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Replica:
+    unit: str
+    port: int
+    model: str
+
+
+def requests_running(metrics_text: str) -> float | None:
+    """Sum of vllm:num_requests_running over its series; None when the metric is absent."""
+    values = [float(v) for v in RUNNING.findall(metrics_text)]
+    return sum(values) if values else None
+
+
+def load_replicas(path: Path) -> list[Replica]:
+    data = json.loads(path.read_text())
+    return [Replica(str(r["unit"]), int(r["port"]), str(r["model"])) for r in data]
+
+
+class Restarter:
+    def __init__(self, log: TextIO, drain_timeout: float, health_timeout: float,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.log_file = log
+        self.drain_timeout = drain_timeout
+        self.health_timeout = health_timeout
+        self.clock = clock
+        self.sleep = sleep
+
+    def log(self, replica: Replica, message: str) -> None:
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self.log_file.write(f"{stamp} {replica.unit} :{replica.port} {message}\n")
+        self.log_file.flush()
+
+    @staticmethod
+    def http(url: str, body: dict[str, object] | None = None, timeout: float = 10) -> str:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, headers={
+            "Content-Type": "application/json"} if data else {})
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return str(response.read().decode())
+
+    def drain(self, replica: Replica) -> None:
+        """Wait until no request is running, at most drain_timeout seconds."""
+        deadline = self.clock() + self.drain_timeout
+        while True:
+            try:
+                running = requests_running(
+                    self.http(f"http://127.0.0.1:{replica.port}/metrics"))
+            except (OSError, urllib.error.URLError):
+                running = None
+            if running == 0:
+                self.log(replica, "drained: 0 requests running")
+                return
+            if self.clock() >= deadline:
+                self.log(replica, f"drain timeout after {self.drain_timeout:.0f} s with "
+                         f"{running} requests running; restarting anyway")
+                return
+            self.sleep(1)
+
+    def wait_healthy(self, replica: Replica) -> bool:
+        deadline = self.clock() + self.health_timeout
+        while self.clock() < deadline:
+            try:
+                self.http(f"http://127.0.0.1:{replica.port}/health", timeout=5)
+                return True
+            except (OSError, urllib.error.URLError):
+                self.sleep(2)
+        return False
+
+    def restart(self, replica: Replica) -> bool:
+        self.log(replica, "restart begins: draining")
+        self.drain(replica)
+        result = subprocess.run(["systemctl", "restart", replica.unit], capture_output=True,
+                                text=True, check=False)
+        if result.returncode != 0:
+            self.log(replica, f"FAILED: systemctl restart: {result.stderr.strip()}")
+            return False
+        self.log(replica, "restarted; waiting for /health")
+        if not self.wait_healthy(replica):
+            self.log(replica, f"FAILED: not healthy within {self.health_timeout:.0f} s")
+            return False
+        try:
+            answer = json.loads(self.http(
+                f"http://127.0.0.1:{replica.port}/v1/completions",
+                {"model": replica.model, "prompt": "ping", "max_tokens": 1}, timeout=120))
+            text = answer["choices"][0]["text"]
+        except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError) as exc:
+            self.log(replica, f"FAILED: test completion: {exc}")
+            return False
+        self.log(replica, f"healthy and serving (test completion {text!r})")
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=Path, default=Path("/etc/vllm/replicas.json"),
+                        help="JSON list of {unit, port, model}")
+    parser.add_argument("--only", action="append", default=[],
+                        help="restart only this unit (repeatable)")
+    parser.add_argument("--drain-timeout", type=float, default=300)
+    parser.add_argument("--health-timeout", type=float, default=1800)
+    parser.add_argument("--log", type=Path, default=Path("/var/log/vllm/restart.log"))
+    args = parser.parse_args(argv)
+    replicas = [r for r in load_replicas(args.replicas) if not args.only or r.unit in args.only]
+    if not replicas:
+        print(f"no replicas to restart (from {args.replicas})", file=sys.stderr)
+        return 2
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    with args.log.open("a") as log:
+        restarter = Restarter(log, args.drain_timeout, args.health_timeout)
+        for replica in replicas:
+            if not restarter.restart(replica):
+                print(f"{replica.unit}: restart failed, see {args.log}", file=sys.stderr)
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
