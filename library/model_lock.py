@@ -211,7 +211,7 @@ def render_lock(lock: Lock) -> str:
         "files:",
     ]
     for f in lock["files"]:
-        lines += [f"  - path: {json.dumps(f['path'])}", f"    size: {f['size']}", f"    sha256: {f['sha256']}"]
+        lines += [f"  - path: {json.dumps(f['path'])}", f"    size: {f['size']}", f"    sha256: {json.dumps(f['sha256'])}"]
     return "\n".join(lines) + "\n"
 
 

@@ -120,7 +120,12 @@ def hash_many(paths: Sequence[str], jobs: int = 0) -> dict[str, str]:
 
 
 def stamp_key(st: os.stat_result) -> list[int]:
-    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev]
+    """What must not change for a stamp to vouch for a file's digest.
+
+    ctime cannot be set from user space, so a rewrite that restores size and mtime is
+    still caught; renaming the revision directory leaves its files' keys unchanged.
+    """
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
 def load_stamps(stamp_file: Path | None) -> dict[str, dict[str, Any]]:
@@ -348,6 +353,8 @@ def promote(staging: Path, root: Path, commit: str, keep: int, dry_run: bool = F
                 os.fsync(fd)
             finally:
                 os.close(fd)
+    if not root.is_dir():  # a first --check run
+        return result
     # Keep the live revision and the newest others, up to `keep` in all.
     revisions = sorted(
         (d for d in root.iterdir() if d.is_dir() and not d.is_symlink() and len(d.name) == 40 and d.name != commit),

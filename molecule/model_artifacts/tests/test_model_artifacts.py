@@ -76,7 +76,7 @@ def test_stamp_records_every_file(host: Host) -> None:
     stamp = json.loads(host.file(f"{ROOT}/.stamps/{main['commit']}.json").content_string)
     assert sorted(stamp["files"]) == sorted(f["path"] for f in main["files"])
     for f in main["files"]:
-        size, mtime_ns, ino, _dev = stamp["files"][f["path"]]["key"]
+        size, _mtime_ns, ino, _dev, _ctime_ns = stamp["files"][f["path"]]["key"]
         st = host.run(f"stat -c '%s %i' {ROOT}/current/{f['path']}").stdout.split()
         assert [size, ino] == [int(st[0]), int(st[1])]
         assert stamp["files"][f["path"]]["sha256"] == f["sha256"]

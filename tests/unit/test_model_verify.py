@@ -1,0 +1,185 @@
+"""model_verify: hashing, stamps (re-runs hash nothing), removal of bad files, preflight,
+pre-staging and the atomic switch - on real files in a temporary directory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from library.model_verify import (
+    LockedFile,
+    VerifyError,
+    bytes_missing,
+    hash_many,
+    preflight,
+    promote,
+    sha256_file,
+    stage,
+    verify_dir,
+)
+
+COMMIT_A = "a" * 40
+COMMIT_B = "b" * 40
+
+
+def make_files(root: Path, sizes: dict[str, int]) -> list[LockedFile]:
+    files: list[LockedFile] = []
+    for i, (path, size) in enumerate(sorted(sizes.items())):
+        data = bytes((i + j) % 251 for j in range(size))
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+        files.append({"path": path, "size": size, "sha256": hashlib.sha256(data).hexdigest()})
+    return files
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> tuple[Path, list[LockedFile]]:
+    root = tmp_path / "staging"
+    files = make_files(root, {"config.json": 300, "a.safetensors": 3 << 20, "sub/b.safetensors": 1 << 20})
+    return root, files
+
+
+def test_sha256_file_matches_hashlib_and_sha256sum(tmp_path: Path) -> None:
+    p = tmp_path / "x"
+    p.write_bytes(os.urandom(3 << 20) + b"tail")
+    assert sha256_file(str(p)) == hashlib.sha256(p.read_bytes()).hexdigest()
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert sha256_file(str(empty)) == hashlib.sha256(b"").hexdigest()
+
+
+def test_hash_many_in_a_pool_equals_one_by_one(model: tuple[Path, list[LockedFile]]) -> None:
+    root, files = model
+    paths = [str(root / f["path"]) for f in files]
+    assert hash_many(paths, jobs=3) == hash_many(paths, jobs=1) == {
+        str(root / f["path"]): f["sha256"] for f in files
+    }
+
+
+def test_first_run_hashes_all_then_the_stamp_makes_reruns_hash_nothing(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    stamp = tmp_path / "stamp.json"
+    first = verify_dir(root, files, stamp)
+    assert first.ok and first.hashed_files == 3 and first.stamp_changed
+    again = verify_dir(root, files, stamp)
+    assert again.ok and again.hashed_files == 0 and again.stamped == 3 and not again.stamp_changed
+    full = verify_dir(root, files, stamp, full=True)
+    assert full.ok and full.hashed_files == 3 and not full.stamp_changed
+
+
+def test_a_rewritten_file_is_rehashed_even_with_size_and_mtime_restored(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    stamp = tmp_path / "stamp.json"
+    verify_dir(root, files, stamp)
+    target = root / "a.safetensors"
+    st = target.stat()
+    with target.open("r+b") as fh:  # same inode, same size
+        fh.seek(1000)
+        fh.write(b"\xff")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    report = verify_dir(root, files, stamp)
+    assert report.hashed_files == 1
+    assert report.bad == [f"a.safetensors: sha256 {sha256_file(str(target))}, the lock says {files[0]['sha256']}"]
+    assert not report.ok
+
+
+def test_a_digest_changed_in_the_lock_is_not_trusted_from_the_stamp(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    stamp = tmp_path / "stamp.json"
+    verify_dir(root, files, stamp)
+    other = [dict(f) for f in files]
+    other[1]["sha256"] = "0" * 64
+    report = verify_dir(root, other, stamp)  # type: ignore[arg-type]
+    assert report.hashed_files == 1 and len(report.bad) == 1 and "config.json: sha256" in report.bad[0]
+
+
+def test_bad_missing_and_extra_files(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+    root, files = model
+    (root / "config.json").write_bytes(b"x" * 300)  # same size, other bytes
+    (root / "sub" / "b.safetensors").unlink()
+    (root / ".cache" / "huggingface").mkdir(parents=True)
+    (root / ".cache" / "huggingface" / "x.metadata").write_text("m")
+    (root / "README.md").write_text("not locked")
+    stamp = tmp_path / "stamp.json"
+    report = verify_dir(root, files, stamp, remove_bad=True, prune=True)
+    assert report.missing == ["sub/b.safetensors"]
+    assert [b.split(":")[0] for b in report.bad] == ["config.json"]
+    assert report.removed == ["config.json"] and not (root / "config.json").exists()
+    assert report.pruned == [".cache/huggingface/x.metadata", "README.md"]
+    assert sorted(os.listdir(root)) == ["a.safetensors"]  # emptied sub/ and .cache/ go too
+    assert not stamp.exists(), "no stamp for a failed verification"
+
+
+def test_size_mismatch_is_caught_without_hashing(model: tuple[Path, list[LockedFile]]) -> None:
+    root, files = model
+    with (root / "a.safetensors").open("ab") as fh:
+        fh.write(b"+")
+    report = verify_dir(root, files)
+    assert report.bad == [f"a.safetensors: size {(3 << 20) + 1}, the lock says {3 << 20}"]
+    assert report.hashed_files == 2
+
+
+def test_dry_run_changes_nothing(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+    root, files = model
+    (root / "README.md").write_text("x")
+    stamp = tmp_path / "stamp.json"
+    report = verify_dir(root, files, stamp, prune=True, dry_run=True)
+    assert report.pruned == ["README.md"] and (root / "README.md").exists() and not stamp.exists()
+
+
+def test_preflight_needs_missing_bytes_plus_margin(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+    root, files = model
+    assert bytes_missing(files, [root]) == 0
+    assert bytes_missing(files, [tmp_path / "nowhere"]) == sum(f["size"] for f in files)
+    free = preflight(tmp_path / "nowhere" / "deeper", files, [tmp_path / "nowhere"], 0)
+    assert free["needed_bytes"] == sum(f["size"] for f in files)
+    with pytest.raises(VerifyError, match="not enough disk space .*model_artifacts_disk_margin_bytes"):
+        preflight(tmp_path / "nowhere", files, [], 1 << 60)
+    # Everything already staged: nothing needed, whatever the margin.
+    assert preflight(root, files, [root], 1 << 60)["needed_bytes"] == 0
+
+
+def test_stage_links_prestaged_files(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+    root, files = model
+    dest = tmp_path / "dest"
+    assert stage(root, dest, files) == sorted(f["path"] for f in files)
+    assert os.path.samefile(root / "a.safetensors", dest / "a.safetensors")
+    assert stage(root, dest, files) == []
+    with pytest.raises(VerifyError, match="lacks: nope.bin"):
+        stage(root, dest, [*files, {"path": "nope.bin", "size": 1, "sha256": "0" * 64}])
+
+
+def test_promote_switches_atomically_and_keeps_the_previous(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    (root / ".staging" / COMMIT_A).mkdir(parents=True)
+    (root / ".staging" / COMMIT_A / "config.json").write_text("a")
+    first = promote(root / ".staging" / COMMIT_A, root, COMMIT_A, keep=2)
+    assert first["changed"] and first["previous"] is None
+    assert os.readlink(root / "current") == COMMIT_A
+    assert promote(root / ".staging" / COMMIT_A, root, COMMIT_A, keep=2)["changed"] is False
+    (root / ".staging" / COMMIT_B).mkdir()
+    second = promote(root / ".staging" / COMMIT_B, root, COMMIT_B, keep=2)
+    assert second["previous"] == COMMIT_A and second["pruned"] == []
+    assert (root / "current").resolve() == (root / COMMIT_B).resolve() and (root / COMMIT_A).is_dir()
+    c = "c" * 40
+    (root / ".staging" / c).mkdir()
+    third = promote(root / ".staging" / c, root, c, keep=2)
+    assert os.readlink(root / "current") == c
+    assert (root / COMMIT_B).is_dir() and not (root / COMMIT_A).exists()
+    assert third["pruned"] == [COMMIT_A]
+    assert not (root / ".current.tmp").exists()
+
+
+def test_promote_refuses_without_a_verified_directory(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="neither"):
+        promote(tmp_path / "none", tmp_path, COMMIT_A, keep=2)
+    assert promote(tmp_path / "none", tmp_path / "absent", COMMIT_A, keep=2, dry_run=True)["changed"]
