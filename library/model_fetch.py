@@ -27,13 +27,23 @@ options:
   commit: {type: str, required: true, description: The locked 40-hex commit.}
   files: {type: list, elements: dict, required: true, description: The lock's files.}
   dest: {type: path, required: true, description: The staging directory.}
-  endpoint: {type: str, default: "", description: HF_ENDPOINT (an internal mirror); empty = the Hub.}
+  endpoint:
+    type: str
+    default: ""
+    description: HF_ENDPOINT (an internal mirror); empty means the Hub.
   disable_xet: {type: bool, default: true, description: Set HF_HUB_DISABLE_XET.}
   ca_bundle: {type: str, default: "", description: CA bundle file for TLS (SSL_CERT_FILE).}
   max_workers: {type: int, default: 8}
   progress_file: {type: path, description: Where to write download progress every 2 s.}
-  timeout: {type: int, default: 0, description: Kill the download after this many seconds; 0 = never.}
-  token: {type: str, default: "", no_log: true, description: "Hub token: put in this process's environment (HF_TOKEN) only."}
+  timeout:
+    type: int
+    default: 0
+    description: Kill the download after this many seconds; 0 means never.
+  token:
+    type: str
+    default: ""
+    no_log: true
+    description: The Hub token, put into this process's environment (HF_TOKEN) only.
 """
 
 INCOMPLETE = ".incomplete"
@@ -41,7 +51,9 @@ INCOMPLETE = ".incomplete"
 
 def incomplete_files(dest: Path) -> list[Path]:
     """The Hub client's partial downloads (it never resumes them across runs)."""
-    return sorted(p for p in dest.glob(".cache/huggingface/download/**/*") if p.name.endswith(INCOMPLETE))
+    return sorted(
+        p for p in dest.glob(".cache/huggingface/download/**/*") if p.name.endswith(INCOMPLETE)
+    )
 
 
 def clean_incomplete(dest: Path) -> list[str]:
@@ -77,8 +89,15 @@ def progress_line(dest: Path, files: Sequence[dict[str, Any]], started: float) -
     done = min(done, total)
     rate = done / max(time.monotonic() - started, 1e-3)
     pct = 100.0 * done / total if total else 100.0
-    return json.dumps({"done_bytes": done, "total_bytes": total, "percent": round(pct, 1),
-                       "bytes_per_s": int(rate), "time": int(time.time())})
+    return json.dumps(
+        {
+            "done_bytes": done,
+            "total_bytes": total,
+            "percent": round(pct, 1),
+            "bytes_per_s": int(rate),
+            "time": int(time.time()),
+        }
+    )
 
 
 def _child(params: dict[str, Any], files: Sequence[dict[str, Any]], conn: Any) -> None:
@@ -94,7 +113,8 @@ def _child(params: dict[str, Any], files: Sequence[dict[str, Any]], conn: Any) -
         )
         conn.send("")
     except Exception as exc:  # the Hub client's errors, reported without a traceback
-        conn.send(f"download of {params['repo_id']}@{params['commit']} failed: {type(exc).__name__}: {exc}")
+        what = f"{params['repo_id']}@{params['commit']}"
+        conn.send(f"download of {what} failed: {type(exc).__name__}: {exc}")
 
 
 def download(params: dict[str, Any], files: Sequence[dict[str, Any]], dest: Path) -> str:
@@ -126,7 +146,9 @@ def download(params: dict[str, Any], files: Sequence[dict[str, Any]], dest: Path
             )
     if progress:
         Path(progress).write_text(progress_line(dest, files, started) + "\n")
-    message: str = receiver.recv() if receiver.poll() else f"the download process died (exit {child.exitcode})"
+    message: str = (
+        receiver.recv() if receiver.poll() else f"the download process died (exit {child.exitcode})"
+    )
     return message
 
 

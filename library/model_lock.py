@@ -15,7 +15,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 DOCUMENTATION = r"""
 module: model_lock
@@ -211,7 +211,11 @@ def render_lock(lock: Lock) -> str:
         "files:",
     ]
     for f in lock["files"]:
-        lines += [f"  - path: {json.dumps(f['path'])}", f"    size: {f['size']}", f"    sha256: {json.dumps(f['sha256'])}"]
+        lines += [
+            f"  - path: {json.dumps(f['path'])}",
+            f"    size: {f['size']}",
+            f"    sha256: {json.dumps(f['sha256'])}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -284,7 +288,7 @@ def main() -> None:
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     try:
         if p["state"] == "validated":
-            import yaml
+            import yaml  # type: ignore[import-untyped]  # PyYAML ships with Ansible, no stubs
 
             try:
                 text = lock_file.read_text()

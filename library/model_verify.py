@@ -242,7 +242,9 @@ def verify_dir(
         report.hashed_files += 1
         report.hashed_bytes += f["size"]
         if digests[full_name] != f["sha256"]:
-            report.bad.append(f"{f['path']}: sha256 {digests[full_name]}, the lock says {f['sha256']}")
+            report.bad.append(
+                f"{f['path']}: sha256 {digests[full_name]}, the lock says {f['sha256']}"
+            )
             continue
         # A file rewritten while being hashed would change its key: stamp only if unchanged.
         if stamp_key(os.lstat(full_name)) == keys[full_name]:
@@ -284,7 +286,9 @@ def _size_of(path: Path) -> int | None:
         return None
 
 
-def preflight(path: Path, files: Sequence[LockedFile], present_dirs: Sequence[Path], margin: int) -> dict[str, int]:
+def preflight(
+    path: Path, files: Sequence[LockedFile], present_dirs: Sequence[Path], margin: int
+) -> dict[str, int]:
     """Raise VerifyError unless the filesystem of PATH has the missing bytes plus MARGIN free."""
     probe = path
     while not probe.exists():
@@ -302,7 +306,9 @@ def preflight(path: Path, files: Sequence[LockedFile], present_dirs: Sequence[Pa
     return facts
 
 
-def stage(source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool = False) -> list[str]:
+def stage(
+    source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool = False
+) -> list[str]:
     """Link (or copy) locked files from a pre-staged SOURCE into DEST; return those added."""
     added: list[str] = []
     absent = [f["path"] for f in files if not (source / f["path"]).is_file()]
@@ -312,7 +318,11 @@ def stage(source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool =
         src, dst = source / f["path"], dest / f["path"]
         if dst.is_file() and os.path.samefile(src, dst):
             continue
-        if dst.is_file() and dst.stat().st_size == f["size"] and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
+        if (
+            dst.is_file()
+            and dst.stat().st_size == f["size"]
+            and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns
+        ):
             continue
         added.append(f["path"])
         if dry_run:
@@ -328,7 +338,9 @@ def stage(source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool =
     return added
 
 
-def promote(staging: Path, root: Path, commit: str, keep: int, dry_run: bool = False) -> dict[str, Any]:
+def promote(
+    staging: Path, root: Path, commit: str, keep: int, dry_run: bool = False
+) -> dict[str, Any]:
     """Move STAGING to ROOT/COMMIT (if given) and point ROOT/current at it atomically."""
     live = root / "current"
     target = root / commit
@@ -357,11 +369,15 @@ def promote(staging: Path, root: Path, commit: str, keep: int, dry_run: bool = F
         return result
     # Keep the live revision and the newest others, up to `keep` in all.
     revisions = sorted(
-        (d for d in root.iterdir() if d.is_dir() and not d.is_symlink() and len(d.name) == 40 and d.name != commit),
+        (
+            d
+            for d in root.iterdir()
+            if d.is_dir() and not d.is_symlink() and len(d.name) == 40 and d.name != commit
+        ),
         key=lambda d: d.stat().st_mtime,
         reverse=True,
     )
-    for old in revisions[max(keep - 1, 0):]:
+    for old in revisions[max(keep - 1, 0) :]:
         result["pruned"].append(old.name)
         result["changed"] = True
         if not dry_run:
@@ -370,7 +386,9 @@ def promote(staging: Path, root: Path, commit: str, keep: int, dry_run: bool = F
 
 
 def _files_param(raw: Sequence[Mapping[str, Any]]) -> list[LockedFile]:
-    return [{"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])} for f in raw]
+    return [
+        {"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])} for f in raw
+    ]
 
 
 def main() -> None:
@@ -378,7 +396,11 @@ def main() -> None:
 
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["verify", "preflight", "stage", "promote"], "required": True},
+            "action": {
+                "type": "str",
+                "choices": ["verify", "preflight", "stage", "promote"],
+                "required": True,
+            },
             "path": {"type": "path", "required": True},
             "files": {"type": "list", "elements": "dict", "default": []},
             "stamp_file": {"type": "path"},
@@ -417,8 +439,14 @@ def main() -> None:
             module.fail_json(msg=f"{path}: no such directory to verify")
         stamp = Path(p["stamp_file"]) if p["stamp_file"] else None
         report = verify_dir(
-            path, files, stamp, full=p["full"], jobs=p["jobs"],
-            remove_bad=p["remove_bad"], prune=p["prune"], dry_run=dry,
+            path,
+            files,
+            stamp,
+            full=p["full"],
+            jobs=p["jobs"],
+            remove_bad=p["remove_bad"],
+            prune=p["prune"],
+            dry_run=dry,
         )
     except (VerifyError, OSError) as exc:
         module.fail_json(msg=str(exc))
@@ -427,7 +455,8 @@ def main() -> None:
     if not report.ok:
         problems = [f"{m}: missing" for m in report.missing] + report.bad
         module.fail_json(
-            msg=f"{path}: {len(problems)} file(s) do not match the lock: " + "; ".join(problems)
+            msg=f"{path}: {len(problems)} file(s) do not match the lock: "
+            + "; ".join(problems)
             + ". Nothing was switched; the live model is untouched.",
             changed=changed,
             **result,

@@ -83,15 +83,30 @@ def test_the_notes_five_fake_pins_are_refused_each_by_path() -> None:
     ("mutate", "expected"),
     [
         (lambda d: d["files"][0].pop("size"), "files[0] (config.json): size is missing"),
-        (lambda d: d["files"][0].update(size=-1), "files[0] (config.json): size -1 is not a byte count"),
-        (lambda d: d["files"][0].update(size=True), "files[0] (config.json): size True is not a byte count"),
-        (lambda d: d["files"][0].update(size="397"), "files[0] (config.json): size '397' is not a byte count"),
+        (
+            lambda d: d["files"][0].update(size=-1),
+            "files[0] (config.json): size -1 is not a byte count",
+        ),
+        (
+            lambda d: d["files"][0].update(size=True),
+            "files[0] (config.json): size True is not a byte count",
+        ),
+        (
+            lambda d: d["files"][0].update(size="397"),
+            "files[0] (config.json): size '397' is not a byte count",
+        ),
         (lambda d: d["files"][0].pop("sha256"), "files[0] (config.json): sha256 is missing"),
         (lambda d: d["files"][0].update(sha256=DIGEST.upper()), "upper-case hex"),
         (lambda d: d["files"][0].update(sha256="sha256:" + DIGEST), "is not 64 lower-case hex"),
         (lambda d: d["files"][0].update(sha256=DIGEST[:63] + "g"), "is not 64 lower-case hex"),
-        (lambda d: d["files"].append(dict(d["files"][0])), "files[2] (config.json): duplicate path, also files[0]"),
-        (lambda d: d["files"][0].update(path="../etc/passwd"), "files[0] (../etc/passwd): path '../etc/passwd' must be relative"),
+        (
+            lambda d: d["files"].append(dict(d["files"][0])),
+            "files[2] (config.json): duplicate path, also files[0]",
+        ),
+        (
+            lambda d: d["files"][0].update(path="../etc/passwd"),
+            "files[0] (../etc/passwd): path '../etc/passwd' must be relative",
+        ),
         (lambda d: d["files"][0].update(path="/etc/passwd"), "must be relative"),
         (lambda d: d["files"][0].update(path=".cache/x"), "under .cache"),
         (lambda d: d["files"][0].update(extra=1), "unknown keys ['extra']"),
@@ -124,9 +139,15 @@ def test_all_errors_are_reported_at_once() -> None:
 
 
 def test_render_round_trips_through_yaml() -> None:
-    lock = build_lock("fixture-org/tiny-qwen2", "v1", COMMIT, [
-        ('we"ird name.json', 3, DIGEST), ("config.json", 397, "1" * 64),
-    ])
+    lock = build_lock(
+        "fixture-org/tiny-qwen2",
+        "v1",
+        COMMIT,
+        [
+            ('we"ird name.json', 3, DIGEST),
+            ("config.json", 397, "1" * 64),
+        ],
+    )
     text = render_lock(lock)
     assert text.startswith("---\n")
     assert parse_lock(yaml.safe_load(text)) == lock
@@ -138,8 +159,32 @@ def test_build_lock_refuses_what_parse_refuses() -> None:
 
 
 def test_select_paths_like_allow_patterns() -> None:
-    paths = ["config.json", "README.md", "model-00001-of-00002.safetensors", "sub/x.json", ".gitattributes"]
+    paths = [
+        "config.json",
+        "README.md",
+        "model-00001-of-00002.safetensors",
+        "sub/x.json",
+        ".gitattributes",
+    ]
     assert select_paths(paths, ["*.json", "*.safetensors"]) == [
-        "config.json", "model-00001-of-00002.safetensors", "sub/x.json",
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "sub/x.json",
     ]
     assert select_paths(paths, ["nothing"]) == []
+
+
+def test_the_notes_as_a_lock_file_is_refused_with_every_path_named() -> None:
+    data = yaml.safe_load((DATA / "notes.lock.yml").read_text())
+    errors = refused(data)
+    assert errors[0].startswith("commit 'main' is not pinned")
+    assert sum("size is missing" in e for e in errors) == 6
+    digest_errors = [e for e in errors if "hex characters" in e]
+    assert [e.split(" ")[1] for e in digest_errors] == [
+        "(config.json):",
+        "(model-00002-of-00005.safetensors):",
+        "(model-00003-of-00005.safetensors):",
+        "(model-00004-of-00005.safetensors):",
+        "(model-00005-of-00005.safetensors):",
+    ]
+    assert len(errors) == 12

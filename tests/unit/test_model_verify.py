@@ -38,7 +38,9 @@ def make_files(root: Path, sizes: dict[str, int]) -> list[LockedFile]:
 @pytest.fixture
 def model(tmp_path: Path) -> tuple[Path, list[LockedFile]]:
     root = tmp_path / "staging"
-    files = make_files(root, {"config.json": 300, "a.safetensors": 3 << 20, "sub/b.safetensors": 1 << 20})
+    files = make_files(
+        root, {"config.json": 300, "a.safetensors": 3 << 20, "sub/b.safetensors": 1 << 20}
+    )
     return root, files
 
 
@@ -54,9 +56,11 @@ def test_sha256_file_matches_hashlib_and_sha256sum(tmp_path: Path) -> None:
 def test_hash_many_in_a_pool_equals_one_by_one(model: tuple[Path, list[LockedFile]]) -> None:
     root, files = model
     paths = [str(root / f["path"]) for f in files]
-    assert hash_many(paths, jobs=3) == hash_many(paths, jobs=1) == {
-        str(root / f["path"]): f["sha256"] for f in files
-    }
+    assert (
+        hash_many(paths, jobs=3)
+        == hash_many(paths, jobs=1)
+        == {str(root / f["path"]): f["sha256"] for f in files}
+    )
 
 
 def test_first_run_hashes_all_then_the_stamp_makes_reruns_hash_nothing(
@@ -86,7 +90,9 @@ def test_a_rewritten_file_is_rehashed_even_with_size_and_mtime_restored(
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     report = verify_dir(root, files, stamp)
     assert report.hashed_files == 1
-    assert report.bad == [f"a.safetensors: sha256 {sha256_file(str(target))}, the lock says {files[0]['sha256']}"]
+    assert report.bad == [
+        f"a.safetensors: sha256 {sha256_file(str(target))}, the lock says {files[0]['sha256']}"
+    ]
     assert not report.ok
 
 
@@ -99,7 +105,9 @@ def test_a_digest_changed_in_the_lock_is_not_trusted_from_the_stamp(
     other = [dict(f) for f in files]
     other[1]["sha256"] = "0" * 64
     report = verify_dir(root, other, stamp)  # type: ignore[arg-type]
-    assert report.hashed_files == 1 and len(report.bad) == 1 and "config.json: sha256" in report.bad[0]
+    assert (
+        report.hashed_files == 1 and len(report.bad) == 1 and "config.json: sha256" in report.bad[0]
+    )
 
 
 def test_bad_missing_and_extra_files(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
@@ -136,13 +144,17 @@ def test_dry_run_changes_nothing(model: tuple[Path, list[LockedFile]], tmp_path:
     assert report.pruned == ["README.md"] and (root / "README.md").exists() and not stamp.exists()
 
 
-def test_preflight_needs_missing_bytes_plus_margin(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+def test_preflight_needs_missing_bytes_plus_margin(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
     root, files = model
     assert bytes_missing(files, [root]) == 0
     assert bytes_missing(files, [tmp_path / "nowhere"]) == sum(f["size"] for f in files)
     free = preflight(tmp_path / "nowhere" / "deeper", files, [tmp_path / "nowhere"], 0)
     assert free["needed_bytes"] == sum(f["size"] for f in files)
-    with pytest.raises(VerifyError, match="not enough disk space .*model_artifacts_disk_margin_bytes"):
+    with pytest.raises(
+        VerifyError, match="not enough disk space .*model_artifacts_disk_margin_bytes"
+    ):
         preflight(tmp_path / "nowhere", files, [], 1 << 60)
     # Everything already staged: nothing needed, whatever the margin.
     assert preflight(root, files, [root], 1 << 60)["needed_bytes"] == 0
@@ -169,7 +181,9 @@ def test_promote_switches_atomically_and_keeps_the_previous(tmp_path: Path) -> N
     (root / ".staging" / COMMIT_B).mkdir()
     second = promote(root / ".staging" / COMMIT_B, root, COMMIT_B, keep=2)
     assert second["previous"] == COMMIT_A and second["pruned"] == []
-    assert (root / "current").resolve() == (root / COMMIT_B).resolve() and (root / COMMIT_A).is_dir()
+    assert (root / "current").resolve() == (root / COMMIT_B).resolve() and (
+        root / COMMIT_A
+    ).is_dir()
     c = "c" * 40
     (root / ".staging" / c).mkdir()
     third = promote(root / ".staging" / c, root, c, keep=2)
@@ -182,4 +196,6 @@ def test_promote_switches_atomically_and_keeps_the_previous(tmp_path: Path) -> N
 def test_promote_refuses_without_a_verified_directory(tmp_path: Path) -> None:
     with pytest.raises(VerifyError, match="neither"):
         promote(tmp_path / "none", tmp_path, COMMIT_A, keep=2)
-    assert promote(tmp_path / "none", tmp_path / "absent", COMMIT_A, keep=2, dry_run=True)["changed"]
+    assert promote(tmp_path / "none", tmp_path / "absent", COMMIT_A, keep=2, dry_run=True)[
+        "changed"
+    ]

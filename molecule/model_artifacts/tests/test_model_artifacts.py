@@ -21,7 +21,9 @@ ROOT = "/srv/vllm/models/tiny-qwen2"
 
 
 def lock(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((WORK / "lockinv" / "models" / f"{name}.lock.yml").read_text())
+    data: dict[str, Any] = yaml.safe_load(
+        (WORK / "lockinv" / "models" / f"{name}.lock.yml").read_text()
+    )
     return data
 
 
@@ -31,7 +33,9 @@ def canary() -> str:
     from ansible.parsing.vault import VaultLib, VaultSecret
 
     text = (SCENARIO / "vault.yml").read_text()
-    block = "\n".join(line.strip() for line in text.split("!vault |", 1)[1].splitlines() if line.strip())
+    block = "\n".join(
+        line.strip() for line in text.split("!vault |", 1)[1].splitlines() if line.strip()
+    )
     secret = VaultSecret((SCENARIO / "vault-password.txt").read_bytes().strip())
     token = VaultLib([("default", secret)]).decrypt(block).decode()
     assert token.startswith("hf_CANARY"), "could not decrypt the canary"
@@ -43,7 +47,9 @@ def test_lock_files_resolved_by_lock_model(host: Host) -> None:
     v1, main = lock("v1"), lock("main")
     assert v1["commit"] == fixture["v1"] and v1["revision"] == "v1"
     assert main["commit"] == fixture["main"] and main["revision"] == "main"
-    expected = {p: (f["size"], f["sha256"]) for p, f in fixture["files_v1"].items() if p != "README.md"}
+    expected = {
+        p: (f["size"], f["sha256"]) for p, f in fixture["files_v1"].items() if p != "README.md"
+    }
     assert {f["path"]: (f["size"], f["sha256"]) for f in v1["files"]} == expected
 
 
@@ -67,7 +73,9 @@ def test_every_live_byte_matches_its_lock(host: Host, name: str) -> None:
 
 
 def test_no_partial_or_staged_files_left(host: Host) -> None:
-    out = host.run(f"find {ROOT} -name '*.incomplete' -o -path '*/.staging/*' -type f ! -name '*.progress'")
+    out = host.run(
+        f"find {ROOT} -name '*.incomplete' -o -path '*/.staging/*' -type f ! -name '*.progress'"
+    )
     assert out.stdout.strip() == ""
 
 
@@ -103,6 +111,8 @@ def test_token_absent_from_logs_and_control_node(canary: str) -> None:
     assert log.is_file() and log.stat().st_size > 0, "ANSIBLE_LOG_PATH kept no log"
     hits = subprocess.run(
         ["grep", "-rlF", "-D", "skip", "-e", canary, str(WORK), str(SCENARIO)],
-        check=False, capture_output=True, text=True,
+        check=False,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     assert [h for h in hits if not h.endswith("vault.yml")] == []

@@ -107,7 +107,9 @@ def build(mirror: Path) -> dict[str, object]:
 def tamper(mirror: Path, path: str) -> str:
     """Overwrite PATH's LFS object with other bytes of the same size; return its oid."""
     repo = repo_dir(mirror)
-    pointer = (repo / path).read_text() if (repo / path).exists() else git(repo, "show", f"HEAD:{path}")
+    pointer = (
+        (repo / path).read_text() if (repo / path).exists() else git(repo, "show", f"HEAD:{path}")
+    )
     oid = pointer.split("oid sha256:")[1].split()[0]
     obj = lfs_object(repo, oid)
     data = bytearray(obj.read_bytes())
@@ -132,7 +134,10 @@ def serve(mirror: Path, port: int, logdir: Path) -> None:
     )
     os.chdir(logdir)
     # exec: a signal to this process reaches olah itself.
-    os.execv(sys.executable, [sys.executable, "-m", "olah.server", "-c", str(conf), "--log-path", str(logdir)])
+    os.execv(
+        sys.executable,
+        [sys.executable, "-m", "olah.server", "-c", str(conf), "--log-path", str(logdir)],
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,206 @@
+"""The real huggingface_hub client against a real local mirror: olah, offline, on 127.0.0.1,
+serving the fixture git repository built by tests/data/model_artifacts/make_mirror.py.
+
+Each Hub operation runs in a subprocess: the client reads HF_ENDPOINT when imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from library.model_fetch import clean_incomplete, missing_files
+from library.model_verify import verify_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKE_MIRROR = ROOT / "tests" / "data" / "model_artifacts" / "make_mirror.py"
+SLOW_PROXY = ROOT / "molecule" / "model_artifacts" / "files" / "slow_proxy.py"
+
+pytest.importorskip("olah", reason="olah (requirements-dev.txt) serves the test mirror")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "server exited early"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(port)
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("mirror")
+    facts = json.loads(
+        subprocess.run(
+            [sys.executable, str(MAKE_MIRROR), "build", str(work / "mirror")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    port, slow_port = free_port(), free_port()
+    olah = subprocess.Popen(
+        [
+            sys.executable,
+            str(MAKE_MIRROR),
+            "serve",
+            str(work / "mirror"),
+            str(port),
+            str(work / "olah"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    proxy = subprocess.Popen(
+        [sys.executable, str(SLOW_PROXY), str(slow_port), str(port), "262144"],
+    )
+    try:
+        wait_port(port, olah)
+        wait_port(slow_port, proxy)
+        yield {
+            **facts,
+            "work": work,
+            "endpoint": f"http://127.0.0.1:{port}",
+            "slow_endpoint": f"http://127.0.0.1:{slow_port}",
+        }
+    finally:
+        for proc in (olah, proxy):
+            proc.terminate()
+            proc.wait(10)
+
+
+def hub(code: str, endpoint: str, **env: str) -> Any:
+    """Run CODE (which prints JSON) with the Hub client pointed at ENDPOINT."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "HF_ENDPOINT": endpoint,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HOME": "/nonexistent-hf-home",
+            **env,
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def resolve(mirror: dict[str, Any], revision: str) -> dict[str, Any]:
+    code = (
+        "import json; from library.model_lock import resolve_lock;"
+        f"lock = resolve_lock('fixture-org/tiny-qwen2', {revision!r}, ['*.json', '*.safetensors']);"
+        "print(json.dumps(lock))"
+    )
+    result: dict[str, Any] = hub(code, mirror["endpoint"], HF_HOME=str(mirror["work"] / "hf-home"))
+    return result
+
+
+def fetch(
+    mirror: dict[str, Any], lock: dict[str, Any], dest: Path, endpoint: str, timeout: int = 0
+) -> str:
+    params = {
+        "repo_id": lock["repo_id"],
+        "commit": lock["commit"],
+        "dest": str(dest),
+        "max_workers": 4,
+        "timeout": timeout,
+        "progress_file": str(dest) + ".progress",
+    }
+    code = (
+        "import json; from pathlib import Path; from library.model_fetch import download;"
+        f"p = json.loads({json.dumps(json.dumps(params))});"
+        f"f = json.loads({json.dumps(json.dumps(lock['files']))});"
+        "Path(p['dest']).mkdir(parents=True, exist_ok=True);"
+        "print(json.dumps(download(p, f, Path(p['dest']))))"
+    )
+    result: str = hub(code, endpoint, HF_HOME=str(mirror["work"] / "hf-home"))
+    return result
+
+
+def test_lock_resolves_tag_and_branch_to_commits_with_real_digests(mirror: dict[str, Any]) -> None:
+    v1 = resolve(mirror, "v1")
+    assert v1["commit"] == mirror["v1"] and v1["revision"] == "v1"
+    expected = {
+        p: (f["size"], f["sha256"]) for p, f in mirror["files_v1"].items() if p != "README.md"
+    }
+    assert {f["path"]: (f["size"], f["sha256"]) for f in v1["files"]} == expected
+    main = resolve(mirror, "main")
+    assert main["commit"] == mirror["main"]
+    assert {f["path"] for f in main["files"] if f not in v1["files"]} == {"generation_config.json"}
+    assert resolve(mirror, mirror["v1"])["files"] == v1["files"]
+
+
+def test_download_then_verify_then_tampered_mirror_is_caught(
+    mirror: dict[str, Any], tmp_path: Path
+) -> None:
+    lock = resolve(mirror, "v1")
+    dest = tmp_path / "staging"
+    assert fetch(mirror, lock, dest, mirror["endpoint"]) == ""
+    assert missing_files(dest, lock["files"]) == []
+    report = verify_dir(dest, lock["files"], tmp_path / "stamp.json", prune=True)
+    assert report.ok and report.hashed_files == 5
+    assert sorted(os.listdir(dest)) == sorted(f["path"] for f in lock["files"])
+    progress = json.loads((tmp_path / "staging.progress").read_text())
+    assert (
+        progress["done_bytes"] == progress["total_bytes"] == sum(f["size"] for f in lock["files"])
+    )
+
+    shard = "model-00002-of-00002.safetensors"
+    subprocess.run(
+        [sys.executable, str(MAKE_MIRROR), "tamper", str(mirror["work"] / "mirror"), shard],
+        check=True,
+    )
+    try:
+        bad_dest = tmp_path / "bad"
+        assert fetch(mirror, lock, bad_dest, mirror["endpoint"]) == "", (
+            "the client checks sizes only"
+        )
+        report = verify_dir(bad_dest, lock["files"], remove_bad=True)
+        assert [b.split(":")[0] for b in report.bad] == [shard]
+        assert report.removed == [shard]
+    finally:
+        subprocess.run(
+            [sys.executable, str(MAKE_MIRROR), "tamper", str(mirror["work"] / "mirror"), shard],
+            check=True,
+        )
+
+
+def test_a_killed_download_leaves_nothing_partial_and_the_next_completes(
+    mirror: dict[str, Any], tmp_path: Path
+) -> None:
+    lock = resolve(mirror, "v1")
+    dest = tmp_path / "staging"
+    error = fetch(mirror, lock, dest, mirror["slow_endpoint"], timeout=3)
+    assert error.startswith("download killed after 3 s")
+    progress = json.loads((tmp_path / "staging.progress").read_text())
+    assert 0 < progress["done_bytes"] < progress["total_bytes"]
+    assert missing_files(dest, lock["files"]) != []
+    partial = list(dest.glob(".cache/huggingface/download/*.incomplete"))
+    assert partial, "SIGKILL leaves the client's *.incomplete files"
+    assert len(clean_incomplete(dest)) == len(partial)
+    assert fetch(mirror, lock, dest, mirror["endpoint"]) == ""
+    assert verify_dir(dest, lock["files"], prune=True).ok
