@@ -1,0 +1,212 @@
+"""Testinfra checks of the vllm_server scenario: a real CPU vLLM engine behind the role."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testinfra.host import Host
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from vllm_planner import kv_plan  # noqa: E402
+
+UNIT = "vllm-0"
+PORT = 8000
+API_KEY = "molecule-test-key"  # converge.yml's test value
+VENV_PY = "/srv/vllm/venv/bin/python"
+MODEL = "tiny-qwen2"
+PLAN_KV_TOKENS = 65536  # kv_plan of converge.yml: 64 MiB / 1 KiB per token
+
+# GET/POST from inside the host with the system Python (no curl on the test host).
+HTTP = r"""
+import json, sys, urllib.request, urllib.error
+method, url, key, body = sys.argv[1:5]
+req = urllib.request.Request(url, data=body.encode() if body else None, method=method)
+req.add_header("Content-Type", "application/json")
+if key:
+    req.add_header("Authorization", "Bearer " + key)
+try:
+    with urllib.request.urlopen(req, timeout=120) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": e.read().decode()}))
+except OSError as e:
+    print(json.dumps({"status": 0, "body": str(e)}))
+"""
+
+
+def http(host: Host, path: str, body: dict[str, Any] | None = None,
+         key: str = API_KEY) -> tuple[int, str]:
+    cmd = host.run("python3 -c %s %s %s %s %s", HTTP, "POST" if body else "GET",
+                   f"http://127.0.0.1:{PORT}{path}", key, json.dumps(body) if body else "")
+    assert cmd.rc == 0, cmd.stderr
+    out = json.loads(cmd.stdout)
+    return int(out["status"]), str(out["body"])
+
+
+def main_pid(host: Host) -> int:
+    return int(host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip())
+
+
+def test_unit_active_and_enabled(host: Host) -> None:
+    service = host.service(UNIT)
+    assert service.is_enabled
+    assert service.is_running
+
+
+def test_unit_passes_systemd_analyze_verify(host: Host) -> None:
+    out = host.run(f"systemd-analyze verify /etc/systemd/system/{UNIT}.service")
+    assert out.rc == 0 and not out.stdout.strip() and not out.stderr.strip(), out.stderr
+
+
+def test_unit_limits_and_hardening(host: Host) -> None:
+    props = dict(
+        line.split("=", 1)
+        for line in host.run(
+            f"systemctl show {UNIT} -p Restart -p NoNewPrivileges -p ProtectSystem "
+            "-p PrivateTmp -p DevicePolicy -p LimitNOFILE -p MemoryMax -p User "
+            "-p TimeoutStartUSec -p Environment").stdout.splitlines()
+    )
+    assert props["Restart"] == "always"
+    assert props["NoNewPrivileges"] == "yes"
+    assert props["ProtectSystem"] == "strict"
+    assert props["PrivateTmp"] == "yes"
+    assert props["DevicePolicy"] == "closed"
+    assert props["LimitNOFILE"] == "4096"
+    assert props["MemoryMax"] == str(6 << 30)
+    assert props["User"] == "vllm"
+    assert props["TimeoutStartUSec"] == "30min"
+    assert "CUDA_VISIBLE_DEVICES=0" in props["Environment"].split()
+
+
+def test_secret_only_in_the_environment_file(host: Host) -> None:
+    env = host.file(f"/etc/vllm/{UNIT}.env")
+    assert env.mode == 0o640 and env.user == "root" and env.group == "vllm"
+    lines = env.content_string.splitlines()
+    assert "HF_HUB_OFFLINE=1" in lines
+    assert f'VLLM_API_KEY="{API_KEY}"' in lines
+    for path in (f"/etc/systemd/system/{UNIT}.service", f"/srv/vllm/bin/{UNIT}.sh"):
+        assert API_KEY not in host.file(path).content_string, path
+    pid = main_pid(host)
+    assert API_KEY not in host.file(f"/proc/{pid}/cmdline").content_string
+
+
+def test_launch_script_runs_the_plan_argv(host: Host) -> None:
+    script = host.file(f"/srv/vllm/bin/{UNIT}.sh").content_string
+    assert "exec" in script
+    for flag in ("--kv-cache-memory-bytes", "67108864", "--max-num-seqs", "--block-size",
+                 "32", "--load-format", "dummy", "--served-model-name", MODEL):
+        assert flag in script.split(), flag
+
+
+def test_health(host: Host) -> None:
+    assert http(host, "/health", key="")[0] == 200
+
+
+def test_completions_need_the_key_and_answer(host: Host) -> None:
+    body = {"model": MODEL, "prompt": "The KV cache", "max_tokens": 8}
+    assert http(host, "/v1/completions", body, key="wrong")[0] == 401
+    status, text = http(host, "/v1/completions", body)
+    assert status == 200, text
+    answer = json.loads(text)
+    assert answer["usage"]["completion_tokens"] == 8
+    assert answer["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_completions(host: Host) -> None:
+    body = {"model": MODEL, "max_tokens": 6,
+            "messages": [{"role": "user", "content": "hello"}]}
+    status, text = http(host, "/v1/chat/completions", body)
+    assert status == 200, text
+    answer = json.loads(text)
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    assert answer["usage"]["completion_tokens"] == 6
+
+
+def test_metrics_and_kv_cache_matches_plan(host: Host) -> None:
+    status, text = http(host, "/metrics", key="")
+    assert status == 200
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    assert {"vllm:kv_cache_usage_perc", "vllm:num_preemptions_total"} <= names
+    assert f'kv_cache_size_tokens="{PLAN_KV_TOKENS}"' in text
+    journal = host.run(f"journalctl -u {UNIT} --no-pager -o cat").stdout
+    assert f"KV cache size: {PLAN_KV_TOKENS:,} tokens" in journal
+
+
+def test_kill_9_brings_the_engine_back(host: Host) -> None:
+    before = main_pid(host)
+    assert before > 0
+    host.run(f"kill -9 {before}")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        pid = main_pid(host)
+        if pid not in (0, before) and host.service(UNIT).is_running \
+                and http(host, "/health", key="")[0] == 200:
+            break
+        time.sleep(3)
+    else:
+        pytest.fail(f"{UNIT} not healthy again within 240 s after kill -9 of {before}")
+    assert int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout) >= 1
+
+
+# The planner meets the engine: for each geometry, the KV cache size the real engine logs
+# for a given --kv-cache-memory-bytes equals kv_plan's kv_pool_tokens exactly.
+BASE = json.loads((ROOT / "inventories/local/models/tiny-qwen2/config.json").read_text())
+
+
+def geometry(**changes: Any) -> dict[str, Any]:
+    return {**BASE, **changes}
+
+
+GEOMETRIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "mha": (geometry(num_attention_heads=4, num_key_value_heads=4, head_dim=32), {}),
+    "gqa": (geometry(num_attention_heads=8, num_key_value_heads=2, head_dim=16), {}),
+    # Qwen3 reads head_dim from the config (Qwen2 in vLLM derives it from hidden/heads).
+    "head_dim_64_of_32": (geometry(architectures=["Qwen3ForCausalLM"], model_type="qwen3",
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=64), {}),
+    "48_layers": (geometry(num_hidden_layers=48), {}),
+    "fp8_kv_cache": (geometry(), {"kv_cache_dtype": "fp8"}),
+}
+
+
+def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
+    cases = []
+    expected = {}
+    for number, (name, (config, extra)) in enumerate(GEOMETRIES.items()):
+        model = f"/root/geometries/{name}"
+        options: dict[str, Any] = {
+            "gpu": {"name": "cpu-engine", "memory_bytes": 4294967296},
+            # A different pool per case: each engine logs its own number.
+            "kv_cache_memory_bytes": 200_000_000 + 7_000_000 * number,
+            "kv_cache_dtype": "auto", "block_size": 32, "max_model_len": 512,
+            "max_num_seqs": 4, "enforce_eager": True, "model": model,
+            "extra_flags": {"load-format": "dummy"}, **extra,
+        }
+        plan = kv_plan(config, **options)
+        expected[name] = plan["kv_pool_tokens"]
+        cases.append({"name": name, "argv": plan["argv"]})
+        made = host.run(f"{VENV_PY} /root/make_tiny_model.py {model}")
+        assert made.rc == 0, made.stderr
+        host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                 f"{model}/config.json", json.dumps(config))
+    driver = (Path(__file__).parent.parent / "files/engine_kv_sizes.py").read_text()
+    host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+             "/root/engine_kv_sizes.py", driver)
+    host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+             "/root/cases.json", json.dumps(cases))
+    run = host.run(f"timeout 600 {VENV_PY} /root/engine_kv_sizes.py /root/cases.json")
+    assert run.rc == 0, run.stderr[-2000:]
+    results = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
+    print(json.dumps({"expected": expected, "engine": results}, indent=1))
+    for name, tokens in expected.items():
+        assert "error" not in results[name], results[name]
+        assert results[name]["logged_tokens"] == tokens, (name, results[name], tokens)
