@@ -32,7 +32,7 @@ def canary() -> str:
     """The plaintext token, decrypted from its only source, vault.yml."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    text = (SCENARIO / "vault.yml").read_text()
+    text = (SCENARIO / "vars" / "vault.yml").read_text()
     block = "\n".join(
         line.strip() for line in text.split("!vault |", 1)[1].splitlines() if line.strip()
     )
