@@ -24,6 +24,7 @@ readonly APT_PACKAGES=(
   mmdebstrap debian-archive-keyring
   prometheus
   python3 python3-venv
+  git  # model_artifacts tests build the fixture Hugging Face repository with git
 )
 
 log() { printf '[setup] %s\n' "$*"; }
