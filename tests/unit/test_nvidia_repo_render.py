@@ -170,7 +170,8 @@ def test_branch_problem() -> None:
     repo_old = refuse(plan(UBUNTU_2204, source="nvidia_repo", version="535.216.03"), H200_X4)
     assert "is R535" in repo_old and "Debian 13" not in repo_old
     assert refuse(plan(DEBIAN_12), {"min_driver_branch": None, "gpus": []}) == ""
-    assert refuse(plan(DEBIAN_12), {"min_driver_branch": 525, "gpus": [{"model": "H100-SXM"}]}) == ""
+    h100 = {"min_driver_branch": 525, "gpus": [{"model": "H100-SXM"}]}
+    assert refuse(plan(DEBIAN_12), h100) == ""
 
 
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt (Debian/Ubuntu host)")

@@ -78,7 +78,8 @@ def nvidia_driver_plan(
     plan: Plan = {
         "error": "", "source": source, "distro": _distro(facts), "family": "apt",
         "version": version, "branch": 0, "kernel_modules": flavour, "module_name": "nvidia",
-        "repo": {}, "dnf_module": "", "packages": [], "kernel_module_packages": [], "kernel_module_pins": [],
+        "repo": {}, "dnf_module": "", "packages": [], "kernel_module_packages": [],
+        "kernel_module_pins": [],
         "fabricmanager_packages": [], "dcgm_packages": [], "holds": [],
         "persistenced_service": "nvidia-persistenced",
         "fabricmanager_service": "nvidia-fabricmanager",
