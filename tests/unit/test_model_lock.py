@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 from library.model_lock import LockError, build_lock, parse_lock, render_lock, select_paths
 

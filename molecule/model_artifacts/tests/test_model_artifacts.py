@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 from testinfra.host import Host
 
 WORK = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
@@ -37,7 +37,7 @@ def canary() -> str:
         line.strip() for line in text.split("!vault |", 1)[1].splitlines() if line.strip()
     )
     secret = VaultSecret((SCENARIO / "vault-password.txt").read_bytes().strip())
-    token = VaultLib([("default", secret)]).decrypt(block).decode()
+    token: str = VaultLib([("default", secret)]).decrypt(block).decode()
     assert token.startswith("hf_CANARY"), "could not decrypt the canary"
     return token
 
