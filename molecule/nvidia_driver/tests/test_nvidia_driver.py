@@ -101,7 +101,7 @@ def test_check_mode_run_reports_no_changes() -> None:
         capture_output=True, text=True, timeout=900, check=False,
         env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
                  ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1",
-                 ANSIBLE_FORCE_COLOR="0"))
+                 ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACKS_ENABLED=""))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     stats = result["stats"]["nvidia_driver-debian13"]
