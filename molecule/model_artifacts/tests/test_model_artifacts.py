@@ -5,6 +5,7 @@ side_effect.yml ends with the main lock live; v1 must be kept as the previous re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -104,6 +105,12 @@ def test_token_absent_from_host_filesystem(host: Host, canary: str) -> None:
     assert out.stdout.strip() == ""
     journal = host.run(f"journalctl --no-pager 2>/dev/null | grep -cF '{canary}'; true")
     assert journal.stdout.strip() in ("0", "")
+
+
+def test_the_client_did_send_the_token(canary: str) -> None:
+    """The throttling proxy saw the bearer token (it logs only its sha256)."""
+    seen = (WORK / "proxy-auth.sha256").read_text().split()
+    assert hashlib.sha256(canary.encode()).hexdigest() in seen
 
 
 def test_token_absent_from_logs_and_control_node(canary: str) -> None:
