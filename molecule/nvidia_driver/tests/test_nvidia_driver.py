@@ -95,13 +95,15 @@ def test_check_mode_run_reports_no_changes() -> None:
     playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
     binary = shutil.which("ansible-playbook")
     assert binary
+    # Only the JSON callback on stdout (a caller's extra callbacks would print there too).
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CALLBACKS_ENABLED"}
+    env.update(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(
         [binary, "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(playbook), "--check",
          "--diff"],
         capture_output=True, text=True, timeout=900, check=False,
-        env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-                 ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1",
-                 ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACKS_ENABLED=""))
+        env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     stats = result["stats"]["nvidia_driver-debian13"]
