@@ -196,7 +196,7 @@ def test_apt_parses_the_rendered_sources(tmp_path: Path, facts: dict[str, str]) 
 @pytest.mark.parametrize("role", ["nvidia_driver", "cuda_toolkit"])
 def test_defaults_match_argument_specs_one_to_one(role: str) -> None:
     """Role contract: every default documented in meta/argument_specs.yml with the same value."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     base = ROOT / "roles" / role
     defaults = yaml.safe_load((base / "defaults" / "main.yml").read_text())
