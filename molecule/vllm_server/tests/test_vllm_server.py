@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -161,6 +163,39 @@ def test_kill_9_brings_the_engine_back(host: Host) -> None:
     else:
         pytest.fail(f"{UNIT} not healthy again within 240 s after kill -9 of {before}")
     assert int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout) >= 1
+
+
+def invocation(host: Host, unit: str) -> str:
+    return str(host.run(f"systemctl show -p InvocationID --value {unit}").stdout.strip())
+
+
+def deploy_two_replicas(seqs_1: int) -> str:
+    """restart_one.yml: vllm-0 as converged, plus vllm-1 planned with max_num_seqs seqs_1."""
+    scenario = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+           "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
+           "ANSIBLE_LIBRARY": str(ROOT / "library")}
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"),
+         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / "restart_one.yml"),
+         "-e", f"seqs_1={seqs_1}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:]
+    return run.stdout
+
+
+def test_changed_flag_restarts_exactly_its_replica(host: Host) -> None:
+    vllm_0 = invocation(host, UNIT)
+    deploy_two_replicas(8)
+    assert host.service("vllm-1").is_running
+    assert invocation(host, UNIT) == vllm_0, "adding vllm-1 restarted vllm-0"
+    vllm_1 = invocation(host, "vllm-1")
+    deploy_two_replicas(16)  # only vllm-1's plan changes
+    assert invocation(host, UNIT) == vllm_0, "a change to vllm-1's plan restarted vllm-0"
+    assert invocation(host, "vllm-1") != vllm_1, "vllm-1 was not restarted with its new flag"
+    script = [word for word in host.file("/srv/vllm/bin/vllm-1.sh").content_string.split()
+              if word != "\\"]  # the line continuations
+    assert script[script.index("--max-num-seqs") + 1] == "16"
 
 
 # The planner meets the engine: for each geometry, the KV cache size the real engine logs
