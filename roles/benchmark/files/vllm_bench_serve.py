@@ -22,7 +22,7 @@ def main() -> int:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:  # older releases
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
+        from vllm.utils import FlexibleArgumentParser
     parser = FlexibleArgumentParser(description="vllm bench serve")
     add_cli_args(parser)
     serve_main(parser.parse_args())
