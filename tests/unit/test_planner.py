@@ -60,6 +60,16 @@ def test_explicit_head_dim_differs_from_hidden_over_heads() -> None:
     assert plan(cfg, kv_cache_dtype="auto")["kv_bytes_per_token"] == 2 * 32 * 8 * 256 * 2
 
 
+def test_qwen2_head_dim_never_plans_below_what_vllm_allocates() -> None:
+    """vLLM's Qwen2 sizes heads as hidden/heads; a smaller config head_dim must not shrink KV."""
+    small = {**BASE, "model_type": "qwen2", "num_key_value_heads": 8, "head_dim": 64}
+    large = {**BASE, "model_type": "qwen2", "num_key_value_heads": 8, "head_dim": 256}
+    assert plan(small, kv_cache_dtype="auto")["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    assert plan(large, kv_cache_dtype="auto")["kv_bytes_per_token"] == 2 * 32 * 8 * 256 * 2
+    qwen3 = {**BASE, "model_type": "qwen3", "num_key_value_heads": 8, "head_dim": 64}
+    assert plan(qwen3, kv_cache_dtype="auto")["kv_bytes_per_token"] == 2 * 32 * 8 * 64 * 2
+
+
 def test_kv_heads_are_replicated_when_tp_exceeds_them() -> None:
     cfg = {**BASE, "num_key_value_heads": 2}
     per_rank = [plan(cfg, kv_cache_dtype="auto", tensor_parallel_size=tp)["kv_bytes_per_token"]
