@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 
+from _scripts import load_script  # noqa: E402
 from restart_schedule import restart_slot  # noqa: E402
 
-
-def _load() -> ModuleType:
-    path = ROOT / "roles" / "engine_restarts" / "files" / "vllm_restart.py"
-    spec = importlib.util.spec_from_file_location("vllm_restart", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vllm_restart = _load()
+vllm_restart = load_script("roles/engine_restarts/files/vllm_restart.py", "vllm_restart")
 
 
 def test_hosts_of_a_group_never_share_a_window() -> None:

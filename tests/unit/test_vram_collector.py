@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "roles" / "gpu_metrics" / "files" / "nvidia_vram_collector.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_vram_collector", SOURCE)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-collector = _load()
+collector = load_script("roles/gpu_metrics/files/nvidia_vram_collector.py",
+                        "nvidia_vram_collector")
 
 # nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits
 GPUS = """0, GPU-5f0d8d4e-aaaa-bbbb-cccc-000000000000, NVIDIA H200, 143771, 126410
