@@ -38,11 +38,12 @@ def restart_slot(index: int, base: str = "Mon 04:00", window_minutes: int = 30,
             "label": f"{DAYS[weekday]} {rest // 60:02d}:{rest % 60:02d}"}
 
 
-def restart_replicas(plan_replicas: list[dict[str, Any]],
-                     served_model_name: str = "") -> list[dict[str, Any]]:
-    """What the restart script needs of each planned replica: {unit, port, model}."""
+def restart_replicas(plan_replicas: list[dict[str, Any]], served_model_name: str = "",
+                     config_dir: str = "/etc/vllm") -> list[dict[str, Any]]:
+    """What the restart script needs of each planned replica: unit, port, model, env file."""
     return [{"unit": f"{r['name']}.service", "port": int(r["port"]),
-             "model": served_model_name or r["plan"]["model"]} for r in plan_replicas]
+             "model": served_model_name or r["plan"]["model"],
+             "env_file": f"{config_dir}/{r['name']}.env"} for r in plan_replicas]
 
 
 class FilterModule:

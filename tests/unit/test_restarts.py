@@ -88,3 +88,16 @@ def test_drain_is_bounded_by_its_timeout() -> None:
     line = log.getvalue().strip()
     assert "vllm-1.service :8001 drain timeout after 10 s with 3.0 requests running" in line
     assert line[:4].isdigit() and "T" in line.split()[0]  # ISO timestamp first
+
+
+def test_the_test_completion_uses_the_engines_api_key(tmp_path: Path) -> None:
+    env = tmp_path / "vllm-0.env"
+    env.write_text('HF_HUB_OFFLINE=1\nVLLM_API_KEY="s3cr=t"\n')
+    assert vllm_restart.Replica("vllm-0.service", 8000, "m", str(env)).api_key() == "s3cr=t"
+    assert vllm_restart.Replica("vllm-0.service", 8000, "m", str(tmp_path / "x")).api_key() == ""
+    from restart_schedule import restart_replicas
+
+    replicas = restart_replicas([{"name": "vllm-1", "port": 8001, "plan": {"model": "/m"}}],
+                                "", "/etc/vllm")
+    assert replicas == [{"unit": "vllm-1.service", "port": 8001, "model": "/m",
+                         "env_file": "/etc/vllm/vllm-1.env"}]

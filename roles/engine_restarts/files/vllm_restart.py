@@ -30,6 +30,20 @@ class Replica:
     unit: str
     port: int
     model: str
+    env_file: str = ""
+
+    def api_key(self) -> str:
+        """VLLM_API_KEY from the replica's environment file, where the engine reads it."""
+        try:
+            text = Path(self.env_file).read_text() if self.env_file else ""
+        except OSError:
+            return ""
+        for line in text.splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == "VLLM_API_KEY":
+                value = value.strip()
+                return str(json.loads(value)) if value.startswith('"') else value
+        return ""
 
 
 def requests_running(metrics_text: str) -> float | None:
@@ -40,7 +54,8 @@ def requests_running(metrics_text: str) -> float | None:
 
 def load_replicas(path: Path) -> list[Replica]:
     data = json.loads(path.read_text())
-    return [Replica(str(r["unit"]), int(r["port"]), str(r["model"])) for r in data]
+    return [Replica(str(r["unit"]), int(r["port"]), str(r["model"]), str(r.get("env_file", "")))
+            for r in data]
 
 
 class Restarter:
@@ -59,10 +74,13 @@ class Restarter:
         self.log_file.flush()
 
     @staticmethod
-    def http(url: str, body: dict[str, object] | None = None, timeout: float = 10) -> str:
+    def http(url: str, body: dict[str, object] | None = None, timeout: float = 10,
+             api_key: str = "") -> str:
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, headers={
-            "Content-Type": "application/json"} if data else {})
+        headers = {"Content-Type": "application/json"} if data else {}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        request = urllib.request.Request(url, data=data, headers=headers)
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             return str(response.read().decode())
 
@@ -109,7 +127,8 @@ class Restarter:
         try:
             answer = json.loads(self.http(
                 f"http://127.0.0.1:{replica.port}/v1/completions",
-                {"model": replica.model, "prompt": "ping", "max_tokens": 1}, timeout=120))
+                {"model": replica.model, "prompt": "ping", "max_tokens": 1}, timeout=120,
+                api_key=replica.api_key()))
             text = answer["choices"][0]["text"]
         except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError) as exc:
             self.log(replica, f"FAILED: test completion: {exc}")
