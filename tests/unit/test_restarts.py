@@ -101,3 +101,61 @@ def test_the_test_completion_uses_the_engines_api_key(tmp_path: Path) -> None:
                                 "", "/etc/vllm")
     assert replicas == [{"unit": "vllm-1.service", "port": 8001, "model": "/m",
                          "env_file": "/etc/vllm/vllm-1.env"}]
+
+
+def test_gateway_commands_go_to_haproxys_runtime_api(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    path = tmp_path / "admin.sock"
+    received: list[str] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+
+    def serve(answers: list[bytes]) -> None:
+        for answer in answers:
+            conn, _ = server.accept()
+            with conn:
+                received.append(conn.recv(4096).decode())
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, args=([b"", b"No such server.\n"],))
+    thread.start()
+    gateway = vllm_restart.Gateway(path)
+    gateway.set_state("vllm-0", "drain")
+    with pytest.raises(OSError, match="haproxy: No such server."):
+        gateway.set_state("vllm-9", "ready")
+    thread.join(5)
+    server.close()
+    assert received == ["set server vllm/vllm-0 state drain\n",
+                        "set server vllm/vllm-9 state ready\n"]
+
+
+def test_gateway_status_is_read_from_show_stat(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    path = tmp_path / "admin.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+    stat = (b"# pxname,svname,qcur,status,weight\nvllm,FRONTEND,,OPEN,\n"
+            b"vllm,vllm-0,0,UP,1\nvllm,vllm-1,0,DRAIN,1\nvllm,BACKEND,0,UP,2\n\n")
+
+    def serve() -> None:
+        for _ in range(3):
+            conn, _ = server.accept()
+            with conn:
+                assert conn.recv(4096) == b"show stat\n"
+                conn.sendall(stat)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    gateway = vllm_restart.Gateway(path)
+    assert gateway.status("vllm-0") == "UP"
+    assert gateway.status("vllm-1") == "DRAIN"
+    with pytest.raises(OSError, match="no server vllm/vllm-7"):
+        gateway.status("vllm-7")
+    thread.join(5)
+    server.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -58,10 +59,47 @@ def load_replicas(path: Path) -> list[Replica]:
             for r in data]
 
 
+class Gateway:
+    """HAProxy's runtime API (engine_gateway role): take a replica out of rotation and back."""
+
+    def __init__(self, path: Path, backend: str = "vllm") -> None:
+        self.path = path
+        self.backend = backend
+
+    def command(self, line: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(self.path))
+            sock.sendall(f"{line}\n".encode())
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+        return answer.decode().strip()
+
+    def set_state(self, server: str, state: str) -> None:
+        text = self.command(f"set server {self.backend}/{server} state {state}")
+        if text:  # HAProxy answers nothing on success
+            raise OSError(f"haproxy: {text}")
+
+    def status(self, server: str) -> str:
+        """The server's check status from 'show stat' (UP, DOWN, DRAIN, MAINT, ...)."""
+        lines = self.command("show stat").splitlines()
+        if not lines or not lines[0].startswith("# "):
+            raise OSError(f"haproxy: unexpected 'show stat' answer {lines[:1]}")
+        header = lines[0][2:].split(",")
+        for line in lines[1:]:
+            row = dict(zip(header, line.split(","), strict=False))
+            if row.get("pxname") == self.backend and row.get("svname") == server:
+                return row.get("status", "")
+        raise OSError(f"haproxy: no server {self.backend}/{server}")
+
+
 class Restarter:
     def __init__(self, log: TextIO, drain_timeout: float, health_timeout: float,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 gateway: Gateway | None = None) -> None:
+        self.gateway = gateway
         self.log_file = log
         self.drain_timeout = drain_timeout
         self.health_timeout = health_timeout
@@ -112,8 +150,34 @@ class Restarter:
                 self.sleep(2)
         return False
 
+    def back_in_rotation(self, replica: Replica, server: str) -> bool:
+        """Return the replica to the gateway and wait until its checks see it UP, so the
+        next replica is drained only once this one takes traffic again."""
+        assert self.gateway is not None
+        try:
+            self.gateway.set_state(server, "ready")
+            deadline = self.clock() + self.health_timeout
+            while (status := self.gateway.status(server)) != "UP":
+                if self.clock() >= deadline:
+                    self.log(replica, f"FAILED: the gateway still sees it {status}")
+                    return False
+                self.sleep(1)
+        except OSError as exc:
+            self.log(replica, f"FAILED: cannot return it to the gateway: {exc}")
+            return False
+        return True
+
     def restart(self, replica: Replica) -> bool:
-        self.log(replica, "restart begins: draining")
+        server = replica.unit.removesuffix(".service")
+        if self.gateway is not None:
+            try:
+                self.gateway.set_state(server, "drain")
+            except OSError as exc:
+                self.log(replica, f"FAILED: cannot drain it at the gateway: {exc}")
+                return False
+            self.log(replica, "restart begins: out of the gateway's rotation, draining")
+        else:
+            self.log(replica, "restart begins: draining")
         self.drain(replica)
         result = subprocess.run(["systemctl", "restart", replica.unit], capture_output=True,
                                 text=True, check=False)
@@ -133,6 +197,8 @@ class Restarter:
         except (OSError, urllib.error.URLError, ValueError, KeyError, IndexError) as exc:
             self.log(replica, f"FAILED: test completion: {exc}")
             return False
+        if self.gateway is not None and not self.back_in_rotation(replica, server):
+            return False
         self.log(replica, f"healthy and serving (test completion {text!r})")
         return True
 
@@ -146,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=300)
     parser.add_argument("--health-timeout", type=float, default=1800)
     parser.add_argument("--log", type=Path, default=Path("/var/log/vllm/restart.log"))
+    parser.add_argument("--gateway-socket", type=Path,
+                        default=Path("/run/haproxy/admin.sock"),
+                        help="HAProxy runtime API of the engine gateway (used if it exists)")
     args = parser.parse_args(argv)
     replicas = [r for r in load_replicas(args.replicas) if not args.only or r.unit in args.only]
     if not replicas:
@@ -153,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.log.parent.mkdir(parents=True, exist_ok=True)
     with args.log.open("a") as log:
-        restarter = Restarter(log, args.drain_timeout, args.health_timeout)
+        gateway = Gateway(args.gateway_socket) if args.gateway_socket.is_socket() else None
+        restarter = Restarter(log, args.drain_timeout, args.health_timeout, gateway=gateway)
         for replica in replicas:
             if not restarter.restart(replica):
                 print(f"{replica.unit}: restart failed, see {args.log}", file=sys.stderr)

@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""A steady stream of completions through the gateway until a stop file appears.
+
+Bounded: at most --max-seconds, two workers, requests to 127.0.0.1 only. Writes
+{"ok": N, "failed": N, "errors": [...]} to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", default="http://127.0.0.1:8080/v1/completions")
+    parser.add_argument("--model", default="tiny-qwen2")
+    parser.add_argument("--stop", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-seconds", type=float, default=600)
+    args = parser.parse_args()
+    counts = {"ok": 0, "failed": 0}
+    errors: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + args.max_seconds
+    body = json.dumps({"model": args.model, "prompt": "hello " * 16, "max_tokens": 16,
+                       "ignore_eos": True}).encode()
+
+    def worker() -> None:
+        while not args.stop.exists() and time.monotonic() < deadline:
+            request = urllib.request.Request(args.url, data=body,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    json.loads(response.read())
+                outcome, error = "ok", ""
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                outcome, error = "failed", f"{time.strftime('%H:%M:%S')} {exc}"
+            with lock:
+                counts[outcome] += 1
+                if error and len(errors) < 20:
+                    errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    args.out.write_text(json.dumps({**counts, "errors": errors}))
+
+
+if __name__ == "__main__":
+    main()
