@@ -206,8 +206,11 @@ def _quantization(cfg: dict[str, Any], sec: dict[str, Any]) -> tuple[str | None,
                 weights = group.get("weights") if isinstance(group, Mapping) else None
                 if isinstance(weights, Mapping) and isinstance(weights.get("num_bits"), int):
                     bits_seen.append(int(weights["num_bits"]))
-        return method, float(max(bits_seen)) + (0.25 if bits_seen and max(bits_seen) < 8 else 0) \
-            if bits_seen else None
+        if not bits_seen:
+            return method, None
+        bits = max(bits_seen)
+        # Sub-8-bit groups carry scales and zeros, as the GPTQ/AWQ case above.
+        return method, bits + (0.25 if bits < 8 else 0.0)
     # Unknown methods: weights at the dtype's size (never under-counts memory).
     return method, None
 

@@ -115,6 +115,18 @@ def test_quantized_weights_are_smaller() -> None:
     assert gptq["weights_bytes"] < fp8["weights_bytes"] < full
 
 
+def test_compressed_tensors_weights_follow_their_bits() -> None:
+    def ct(bits: int) -> dict[str, Any]:
+        return {**BASE, "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {"weights": {"num_bits": bits}}}}}
+
+    w4, w8 = plan(ct(4))["weights_bytes"], plan(ct(8))["weights_bytes"]
+    assert w4 < w8 < plan(BASE)["weights_bytes"]
+    unknown = {**BASE, "quantization_config": {"quant_method": "compressed-tensors"}}
+    assert plan(unknown)["weights_bytes"] == plan(BASE)["weights_bytes"]  # never under-counts
+
+
 def test_moe_models_plan_from_expert_sizes() -> None:
     cfg = {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
            "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
