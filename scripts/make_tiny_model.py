@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a tiny Qwen2-architecture model directory the CPU build of vLLM can serve.
 
-    make_tiny_model.py DEST [--config config.json]
+    make_tiny_model.py DEST [--config config.json] [--lock NAME.lock.yml]
 
 DEST gets the config (default: a 4-layer Qwen2 with 2 KV heads of 32 dimensions), a
 byte-level BPE tokenizer trained here on a built-in text (tokenizer.json, ~1000 tokens)
@@ -9,11 +9,17 @@ and a tokenizer_config.json with a ChatML chat template. There are no weights: s
 with `--load-format dummy` (random weights), which is all a test of the serving path and
 of the KV cache needs. Runs with any Python that has the `tokenizers` library (the vLLM
 virtual environment has it); test fixtures, no network.
+
+--lock also writes a model lock (the format of playbooks/lock_model.yml) for the files, so
+roles/model_artifacts can deploy the directory as a pre-staged model. The model is not on
+the Hub, so its "commit" is a content address: the sha1 of the sorted "path sha256" lines.
+The output is deterministic: inventories/local/models/tiny-qwen2/ holds it, with its lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -93,14 +99,35 @@ def write_model(dest: Path, config: dict[str, Any], vocab_size: int = 1000) -> N
     }, indent=2) + "\n")
 
 
+def write_lock(dest: Path, lock: Path, repo_id: str) -> None:
+    """A model lock pinning every file of DEST by size and sha256."""
+    files = sorted(p for p in dest.iterdir() if p.is_file())
+    digests = [(p.name, p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+               for p in files]
+    commit = hashlib.sha1("".join(f"{name} {sha}\n" for name, _, sha in digests).encode(),
+                          usedforsecurity=False).hexdigest()
+    lines = ["---", "# Model lock of a generated test model (scripts/make_tiny_model.py --lock):",
+             "# not on the Hub, so the commit is the sha1 of the sorted 'path sha256' lines.",
+             "version: 1", f"repo_id: {repo_id}", f"revision: {json.dumps(commit)}",
+             f"commit: {json.dumps(commit)}", "files:"]
+    for name, size, sha in digests:
+        lines += [f"  - path: {json.dumps(name)}", f"    size: {size}",
+                  f"    sha256: {json.dumps(sha)}"]
+    lock.write_text("\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("dest", type=Path)
     parser.add_argument("--config", type=Path, help="config.json to use (default: built in)")
     parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument("--lock", type=Path, help="also write a model lock for the files")
+    parser.add_argument("--repo-id", default="local/tiny-qwen2", help="the lock's repo_id")
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text()) if args.config else dict(DEFAULT_CONFIG)
     write_model(args.dest, config, args.vocab_size)
+    if args.lock:
+        write_lock(args.dest, args.lock, args.repo_id)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@ readonly CONTAINERS_CONF="/etc/containers/containers.conf"
 
 # Rootful podman only: uidmap, slirp4netns and fuse-overlayfs serve rootless
 # podman, so they are left out (--no-install-recommends). netavark and
-# aardvark-dns are the network stack podman 4.3 uses by default.
+# aardvark-dns are the network stack podman 4.3 uses by default; netavark
+# only recommends iptables, yet fails every bridged `podman run` without it
+# ("netavark: No such file or directory"), so it is named here.
 readonly APT_PACKAGES=(
-  podman runc netavark aardvark-dns conmon
+  podman runc netavark aardvark-dns conmon iptables
   mmdebstrap debian-archive-keyring
   prometheus
   python3 python3-venv
