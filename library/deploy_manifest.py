@@ -127,7 +127,8 @@ def main() -> None:
         manifest, roots, total = build_manifest(module.params["paths"], module.params["exclude"])
     except OSError as exc:
         module.fail_json(msg=f"deploy_manifest: cannot read {exc.filename}: {exc.strerror}")
-    module.exit_json(changed=False, manifest=manifest, roots=roots, files=len(manifest), bytes=total)
+    module.exit_json(changed=False, manifest=manifest, roots=roots, files=len(manifest),
+                     bytes=total)
 
 
 if __name__ == "__main__":

@@ -288,7 +288,7 @@ def main() -> None:
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     try:
         if p["state"] == "validated":
-            import yaml  # type: ignore[import-untyped]  # PyYAML ships with Ansible, no stubs
+            import yaml  # PyYAML ships with Ansible
 
             try:
                 text = lock_file.read_text()

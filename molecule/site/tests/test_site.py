@@ -1,0 +1,134 @@
+"""Testinfra checks of the site scenario: playbooks/site.yml on a bare host, then rebuild.yml."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from testinfra.host import Host
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from vllm_planner import kv_plan  # noqa: E402
+
+LOCAL = ROOT / "inventories/local"
+LOCK = yaml.safe_load((LOCAL / "models/tiny-qwen2.lock.yml").read_text())
+CONFIG = json.loads((LOCAL / "models/tiny-qwen2/config.json").read_text())
+GROUP_VARS = yaml.safe_load((LOCAL / "group_vars/vllm_servers/main.yml").read_text())
+MODEL_ROOT = "/srv/vllm/models/tiny-qwen2"
+REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "rebuild-reports"
+
+# GET/POST from inside the host with the system Python (no curl on the test host).
+HTTP = r"""
+import json, sys, urllib.request, urllib.error
+method, url, body = sys.argv[1:4]
+req = urllib.request.Request(url, data=body.encode() if body else None, method=method)
+req.add_header("Content-Type", "application/json")
+try:
+    with urllib.request.urlopen(req, timeout=120) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": e.read().decode()}))
+except OSError as e:
+    print(json.dumps({"status": 0, "body": str(e)}))
+"""
+
+
+def http(host: Host, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    cmd = host.run("python3 -c %s %s %s %s", HTTP, "POST" if body else "GET", url,
+                   json.dumps(body) if body else "")
+    assert cmd.rc == 0, cmd.stderr
+    out = json.loads(cmd.stdout)
+    try:
+        return int(out["status"]), json.loads(out["body"])
+    except json.JSONDecodeError:
+        return int(out["status"]), out["body"]
+
+
+def test_no_gpu_mode_installed_no_driver_and_no_cuda(host: Host) -> None:
+    packages = host.run("dpkg-query -W -f='${Package}\\n'").stdout.split()
+    assert not [p for p in packages if p.startswith(("nvidia", "cuda", "libcuda"))]
+    assert not host.file("/etc/modprobe.d/nvidia-driver-blacklist-nouveau.conf").exists
+
+
+def test_every_stage_is_running(host: Host) -> None:
+    for unit in ("vllm-0", "haproxy", "prometheus", "prometheus-node-exporter",
+                 "nvidia-vram-collector.timer"):
+        service = host.service(unit)
+        assert service.is_enabled, unit
+        assert service.is_running, unit
+    assert host.file("/etc/cron.d/vllm-restart").contains("/usr/local/sbin/vllm-restart")
+
+
+def test_live_model_is_the_locked_revision(host: Host) -> None:
+    live = host.file(f"{MODEL_ROOT}/current")
+    assert live.is_symlink and live.linked_to == f"{MODEL_ROOT}/{LOCK['commit']}"
+    for entry in LOCK["files"]:
+        assert host.file(f"{MODEL_ROOT}/current/{entry['path']}").sha256sum == entry["sha256"]
+
+
+def test_engine_runs_the_plan_of_the_inventory(host: Host) -> None:
+    options = dict(GROUP_VARS["vllm_plan_options"])
+    plan = kv_plan(CONFIG, model=GROUP_VARS["vllm_plan_model"],
+                   served_model_name=GROUP_VARS["vllm_plan_served_model_name"],
+                   port=GROUP_VARS["vllm_plan_base_port"], **options)
+    script = host.file("/srv/vllm/bin/vllm-0.sh").content_string.split("exec \\\n", 1)[1]
+    args = [shlex.split(line.removesuffix(" \\"))[0] for line in script.splitlines() if line]
+    entrypoint = GROUP_VARS["vllm_server_entrypoint"]
+    assert args[:len(entrypoint)] == entrypoint
+    assert args[len(entrypoint):] == [str(a) for a in plan["argv"][2:]]
+    log = host.run("journalctl -u vllm-0 --no-pager -o cat").stdout
+    assert f"KV cache size: {plan['kv_pool_tokens']:,} tokens" in log
+
+
+def test_gateway_answers_completions_and_chat(host: Host) -> None:
+    status, body = http(host, "http://127.0.0.1:8080/v1/completions",
+                        {"model": "tiny-qwen2", "prompt": "The KV cache", "max_tokens": 8})
+    assert status == 200 and body["choices"][0]["text"], body
+    status, body = http(host, "http://127.0.0.1:8080/v1/chat/completions",
+                        {"model": "tiny-qwen2", "max_tokens": 8,
+                         "messages": [{"role": "user", "content": "hello"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] is not None, body
+
+
+def test_prometheus_scrapes_the_engine_and_loaded_the_rules(host: Host) -> None:
+    status, body = http(host, "http://127.0.0.1:9090/api/v1/targets")
+    assert status == 200
+    health = {t["labels"]["job"]: t["health"] for t in body["data"]["activeTargets"]}
+    assert health.get("vllm") == "up" and health.get("node") == "up", health
+    status, body = http(host, "http://127.0.0.1:9090/api/v1/rules")
+    names = {r["name"] for g in body["data"]["groups"] for r in g["rules"]}
+    assert {"VllmPreemptionStorm", "VllmEngineDown", "GpuVramLeak"} <= names, names
+
+
+def test_rebuild_report_shows_an_identical_host() -> None:
+    report_file = REPORTS / "site-debian12.json"
+    report = json.loads(report_file.read_text())
+    diff = report["diff"]
+    assert diff["identical"] and not (diff["added"] or diff["removed"] or diff["changed"])
+    after = report["after"]
+    assert diff["same"] == len(after) == report["files"] > 10000  # the venv is in it
+    for path in ("/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+                 "/etc/haproxy/haproxy.cfg", "/etc/prometheus/rules/vllm.yml",
+                 "/srv/vllm/bin/vllm-0.sh", "/srv/vllm/constraints.txt"):
+        assert after[path].startswith("sha256:"), path
+    for entry in LOCK["files"]:
+        path = f"{MODEL_ROOT}/{LOCK['commit']}/{entry['path']}"
+        assert after[path].split()[0] == f"sha256:{entry['sha256']}", path
+    assert after[f"{MODEL_ROOT}/current"] == f"symlink:{LOCK['commit']}"
+
+
+def test_rebuilt_files_match_the_report(host: Host) -> None:
+    report_file = REPORTS / "site-debian12.json"
+    after = json.loads(report_file.read_text())["after"]
+    unit = "/etc/systemd/system/vllm-0.service"
+    text = host.file(unit).content_string
+    assert after[unit].split()[0] == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

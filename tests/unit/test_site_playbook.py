@@ -1,0 +1,81 @@
+"""playbooks/site.yml with the real ansible-playbook: a refused plan stops every host before
+any is touched; every stage has its tag. And the local target's pre-staged model matches its
+lock."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import yaml
+from test_plan_playbook import NOTES_TEMPLATE, PLAYBOOK
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "inventories/example/models/Qwen2.5-72B-Instruct/config.json"
+
+
+def run_site(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0"}
+    return subprocess.run(
+        [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks/site.yml"), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def two_host_inventory(tmp: Path) -> Path:
+    """gpu-ok plans cleanly; gpu-bad carries the notes' unsafe flags. Neither host exists."""
+    safe = {"gpu": "H200", "tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
+            "max_model_len": 32768}
+    inventory = {"all": {"children": {
+        "vllm_servers": {
+            "hosts": {"gpu-ok.invalid": {"vllm_plan_options": safe},
+                      "gpu-bad.invalid": {"vllm_plan_options": NOTES_TEMPLATE}},
+            "vars": {"vllm_plan_model_config_file": str(CONFIG), "vllm_plan_gpu_count": 2,
+                     "vllm_plan_model": "/srv/vllm/models/q/current",
+                     "vllm_plan_served_model_name": "q", "vllm_plan_show": False,
+                     "ansible_connection": "ssh", "ansible_ssh_timeout": 2}},
+        "prometheus_servers": {"hosts": {"gpu-ok.invalid": None}}}}}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def test_one_refused_plan_stops_every_host_before_any_is_touched(tmp_path: Path) -> None:
+    result = run_site(two_host_inventory(tmp_path))
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "gpu-bad.invalid vllm-0: the plan is refused" in out
+    assert "runtime_oom" in out or "preemption_storm" in out
+    # No host was contacted: the later plays never started, not even for the good host.
+    assert "UNREACHABLE" not in out
+    assert "PLAY [Driver, CUDA, model, engine" not in out
+    recap = dict(re.findall(r"^(gpu-\w+\.invalid)\s+: (.*)$", result.stdout, re.M))
+    assert "unreachable=0" in recap["gpu-ok.invalid"] and "changed=0" in recap["gpu-ok.invalid"]
+
+
+def test_every_stage_has_its_tag(tmp_path: Path) -> None:
+    result = run_site(two_host_inventory(tmp_path), "--list-tags")
+    assert result.returncode == 0, result.stderr
+    tags = set()
+    for line in result.stdout.splitlines():
+        match = re.search(r"TASK TAGS: \[(.*)\]", line)
+        if match:
+            tags |= {t.strip() for t in match[1].split(",")}
+    assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "gate",
+            "restarts"} <= tags
+
+
+def test_local_prestaged_model_matches_its_lock() -> None:
+    lock = yaml.safe_load((ROOT / "inventories/local/models/tiny-qwen2.lock.yml").read_text())
+    folder = ROOT / "inventories/local/models/tiny-qwen2"
+    assert sorted(f["path"] for f in lock["files"]) == sorted(p.name for p in folder.iterdir())
+    lines = ""
+    for f in lock["files"]:
+        data = (folder / f["path"]).read_bytes()
+        assert len(data) == f["size"] and hashlib.sha256(data).hexdigest() == f["sha256"]
+        lines += f"{f['path']} {f['sha256']}\n"
+    # The content address scripts/make_tiny_model.py --lock gives a model not on the Hub.
+    assert lock["commit"] == hashlib.sha1(lines.encode(), usedforsecurity=False).hexdigest()
