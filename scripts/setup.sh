@@ -27,6 +27,7 @@ readonly APT_PACKAGES=(
   prometheus
   python3 python3-venv
   git  # model_artifacts tests build the fixture Hugging Face repository with git
+  openssh-client  # ssh and ssh-keygen: Ansible reaches the local demo target over SSH
 )
 
 log() { printf '[setup] %s\n' "$*"; }
