@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +101,14 @@ def test_gateway_answers_completions_and_chat(host: Host) -> None:
 
 
 def test_prometheus_scrapes_the_engine_and_loaded_the_rules(host: Host) -> None:
-    status, body = http(host, "http://127.0.0.1:9090/api/v1/targets")
-    assert status == 200
-    health = {t["labels"]["job"]: t["health"] for t in body["data"]["activeTargets"]}
+    # Prometheus was reloaded by the rebuild just before: give each target a scrape or two.
+    for _ in range(30):
+        status, body = http(host, "http://127.0.0.1:9090/api/v1/targets")
+        assert status == 200
+        health = {t["labels"]["job"]: t["health"] for t in body["data"]["activeTargets"]}
+        if set(health.values()) == {"up"}:
+            break
+        time.sleep(2)
     assert health.get("vllm") == "up" and health.get("node") == "up", health
     status, body = http(host, "http://127.0.0.1:9090/api/v1/rules")
     names = {r["name"] for g in body["data"]["groups"] for r in g["rules"]}
