@@ -79,3 +79,39 @@ def test_local_prestaged_model_matches_its_lock() -> None:
         lines += f"{f['path']} {f['sha256']}\n"
     # The content address scripts/make_tiny_model.py --lock gives a model not on the Hub.
     assert lock["commit"] == hashlib.sha1(lines.encode(), usedforsecurity=False).hexdigest()
+
+
+def listed_tasks(inventory: Path, *args: str) -> list[str]:
+    result = run_site(inventory, "--list-tasks", *args)
+    assert result.returncode == 0, result.stderr
+    return [line.strip().split("\tTAGS:")[0].strip() for line in result.stdout.splitlines()
+            if "TAGS:" in line]
+
+
+def index_of(tasks: list[str], prefix: str, last: bool = False) -> int:
+    found = [i for i, task in enumerate(tasks) if task.startswith(prefix)]
+    return found[-1 if last else 0]
+
+
+def test_engines_load_while_gateway_and_metrics_install_then_are_verified(
+        tmp_path: Path) -> None:
+    """The engine's starts are queued; its health and KV check come after the gateway and
+    the metrics and before the gate, so a batch is verified before the next is touched."""
+    tasks = listed_tasks(two_host_inventory(tmp_path))
+    start = index_of(tasks, "vllm_server : Enable and start every replica")
+    gateway = index_of(tasks, "engine_gateway : ")
+    metrics = index_of(tasks, "gpu_metrics : ")
+    joined = index_of(tasks, "vllm_server : Wait for each replica's start job", last=True)
+    kv_check = index_of(tasks, "vllm_server : Fail if an engine holds fewer KV cache tokens",
+                        last=True)
+    gate = index_of(tasks, "benchmark : ")
+    assert start < gateway < metrics < joined < kv_check < gate
+
+
+def test_engine_rollout_without_the_gateway_still_verifies(tmp_path: Path) -> None:
+    """What the benchmark scenario's rollout runs: --tags engine,gate --skip-tags gateway."""
+    tasks = listed_tasks(two_host_inventory(tmp_path), "--tags", "engine,gate",
+                         "--skip-tags", "gateway")
+    assert not any(t.startswith("engine_gateway : ") for t in tasks)
+    assert index_of(tasks, "vllm_server : Wait for each replica's /health") < index_of(
+        tasks, "benchmark : ")

@@ -15,8 +15,11 @@ import yaml
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "molecule"):  # the planner; the in-host HTTP helper
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from host_http import request_in_host  # noqa: E402
 
 from vllm_planner import kv_plan  # noqa: E402
 
@@ -27,31 +30,13 @@ GROUP_VARS = yaml.safe_load((LOCAL / "group_vars/vllm_servers/main.yml").read_te
 MODEL_ROOT = "/srv/vllm/models/tiny-qwen2"
 REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "rebuild-reports"
 
-# GET/POST from inside the host with the system Python (no curl on the test host).
-HTTP = r"""
-import json, sys, urllib.request, urllib.error
-method, url, body = sys.argv[1:4]
-req = urllib.request.Request(url, data=body.encode() if body else None, method=method)
-req.add_header("Content-Type", "application/json")
-try:
-    with urllib.request.urlopen(req, timeout=120) as r:
-        print(json.dumps({"status": r.status, "body": r.read().decode()}))
-except urllib.error.HTTPError as e:
-    print(json.dumps({"status": e.code, "body": e.read().decode()}))
-except OSError as e:
-    print(json.dumps({"status": 0, "body": str(e)}))
-"""
-
 
 def http(host: Host, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    cmd = host.run("python3 -c %s %s %s %s", HTTP, "POST" if body else "GET", url,
-                   json.dumps(body) if body else "")
-    assert cmd.rc == 0, cmd.stderr
-    out = json.loads(cmd.stdout)
+    status, text = request_in_host(host, url, body)
     try:
-        return int(out["status"]), json.loads(out["body"])
+        return status, json.loads(text)
     except json.JSONDecodeError:
-        return int(out["status"]), out["body"]
+        return status, text
 
 
 def test_no_gpu_mode_installed_no_driver_and_no_cuda(host: Host) -> None:

@@ -14,8 +14,11 @@ import pytest
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "molecule"):  # the planner; the in-host HTTP helper
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from host_http import request_in_host  # noqa: E402
 
 from vllm_planner import kv_plan  # noqa: E402
 
@@ -26,31 +29,10 @@ VENV_PY = "/srv/vllm/venv/bin/python"
 MODEL = "tiny-qwen2"
 PLAN_KV_TOKENS = 65536  # kv_plan of converge.yml: 64 MiB / 1 KiB per token
 
-# GET/POST from inside the host with the system Python (no curl on the test host).
-HTTP = r"""
-import json, sys, urllib.request, urllib.error
-method, url, key, body = sys.argv[1:5]
-req = urllib.request.Request(url, data=body.encode() if body else None, method=method)
-req.add_header("Content-Type", "application/json")
-if key:
-    req.add_header("Authorization", "Bearer " + key)
-try:
-    with urllib.request.urlopen(req, timeout=120) as r:
-        print(json.dumps({"status": r.status, "body": r.read().decode()}))
-except urllib.error.HTTPError as e:
-    print(json.dumps({"status": e.code, "body": e.read().decode()}))
-except OSError as e:
-    print(json.dumps({"status": 0, "body": str(e)}))
-"""
-
 
 def http(host: Host, path: str, body: dict[str, Any] | None = None,
          key: str = API_KEY) -> tuple[int, str]:
-    cmd = host.run("python3 -c %s %s %s %s %s", HTTP, "POST" if body else "GET",
-                   f"http://127.0.0.1:{PORT}{path}", key, json.dumps(body) if body else "")
-    assert cmd.rc == 0, cmd.stderr
-    out = json.loads(cmd.stdout)
-    return int(out["status"]), str(out["body"])
+    return request_in_host(host, f"http://127.0.0.1:{PORT}{path}", body, key)
 
 
 def write(host: Host, path: str, text: str) -> None:
@@ -169,19 +151,23 @@ def invocation(host: Host, unit: str) -> str:
     return str(host.run(f"systemctl show -p InvocationID --value {unit}").stdout.strip())
 
 
-def deploy_two_replicas(seqs_1: int) -> str:
-    """restart_one.yml: vllm-0 as converged, plus vllm-1 planned with max_num_seqs seqs_1."""
+def run_playbook(playbook: str, *args: str) -> str:
+    """One of the scenario's playbooks against the scenario's host, as molecule runs them."""
     scenario = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
            "ANSIBLE_LIBRARY": str(ROOT / "library")}
     run = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
-         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / "restart_one.yml"),
-         "-e", f"seqs_1={seqs_1}"],
+         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / playbook), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-3000:]
     return run.stdout
+
+
+def deploy_two_replicas(seqs_1: int) -> str:
+    """restart_one.yml: vllm-0 as converged, plus vllm-1 planned with max_num_seqs seqs_1."""
+    return run_playbook("restart_one.yml", "-e", f"seqs_1={seqs_1}")
 
 
 def test_changed_flag_restarts_exactly_its_replica(host: Host) -> None:
@@ -196,6 +182,21 @@ def test_changed_flag_restarts_exactly_its_replica(host: Host) -> None:
     script = [word for word in host.file("/srv/vllm/bin/vllm-1.sh").content_string.split()
               if word != "\\"]  # the line continuations
     assert script[script.index("--max-num-seqs") + 1] == "16"
+
+
+def test_replica_removed_from_the_plan_is_retired(host: Host) -> None:
+    """After the two-replica deploy above, converge.yml's plan has vllm-0 only again."""
+    assert host.service("vllm-1").is_running
+    vllm_0 = invocation(host, UNIT)
+    out = run_playbook("converge.yml")
+    assert "changed: [vllm-server-debian12] => (item=vllm-1)" in out, out[-3000:]
+    for path in ("/etc/systemd/system/vllm-1.service", "/etc/vllm/vllm-1.env",
+                 "/srv/vllm/bin/vllm-1.sh"):
+        assert not host.file(path).exists, f"{path} left behind"
+    assert host.run("systemctl is-active vllm-1").stdout.strip() == "inactive"
+    assert host.run("pgrep -f -- '--port [8]001'").rc == 1, "vllm-1's engine still runs"
+    assert invocation(host, UNIT) == vllm_0, "retiring vllm-1 restarted vllm-0"
+    assert http(host, "/health", key="")[0] == 200
 
 
 # The planner meets the engine: for each geometry, the KV cache size the real engine logs
