@@ -50,6 +50,7 @@ REQUEST_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class Workload:
+    config: str = str(MODEL_CONFIG)  # the model's config.json (weights: random, dummy load)
     prompt_tokens: int = 200
     output_tokens: int = 128
     requests: int = 48
@@ -79,7 +80,7 @@ def percentile(values: list[float], q: float) -> float:
 def plan_for(workload: Workload, model_dir: str, port: int,
              max_num_seqs: int | None) -> dict[str, Any]:
     """kv_plan for the benchmark engine; max_num_seqs None lets the planner choose."""
-    config = json.loads(MODEL_CONFIG.read_text())
+    config = json.loads(Path(workload.config).read_text())
     options: dict[str, Any] = {
         "gpu": {"name": "cpu-engine", "memory_bytes": 4 << 30},
         "kv_cache_memory_bytes": workload.kv_cache_memory_bytes,
@@ -236,12 +237,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--port", type=int, default=8234)
     parser.add_argument("--json", type=Path, help="write all runs and the verdict here")
+    defaults = Workload()
+    parser.add_argument("--config", default=defaults.config,
+                        help="model config.json (bench/models/ has a compute-bound one)")
+    for name in ("prompt_tokens", "output_tokens", "requests", "concurrency"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int,
+                            default=getattr(defaults, name))
+    parser.add_argument("--kv-mib", type=float,
+                        default=defaults.kv_cache_memory_bytes / (1 << 20),
+                        help="the engine's KV pool (--kv-cache-memory-bytes) in MiB")
     args = parser.parse_args(argv)
-    workload = Workload()
+    workload = Workload(config=args.config, prompt_tokens=args.prompt_tokens,
+                        output_tokens=args.output_tokens, requests=args.requests,
+                        concurrency=args.concurrency,
+                        kv_cache_memory_bytes=int(args.kv_mib * (1 << 20)))
     work = Path(tempfile.mkdtemp(prefix="preemption-sweep-"))
     model_dir = work / "model"
     subprocess.run([str(args.venv / "bin/python"), str(ROOT / "scripts/make_tiny_model.py"),
-                    str(model_dir), "--config", str(MODEL_CONFIG)], check=True)
+                    str(model_dir), "--config", workload.config], check=True)
     recommended = plan_for(workload, str(model_dir), args.port, None)
     planned_seqs = int(recommended["flags"]["max_num_seqs"])
     print(f"pool {recommended['kv_pool_tokens']} tokens, workload {asdict(workload)}; "
@@ -255,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wait_healthy(proc, args.port)
             seqs = int(plan["flags"]["max_num_seqs"])
-            run_workload(args.port, Workload(requests=4, concurrency=4), 0, seqs)  # warm-up
+            warm_up = Workload(prompt_tokens=workload.prompt_tokens, output_tokens=8,
+                               requests=4, concurrency=4)
+            run_workload(args.port, warm_up, 0, seqs)
             runs = [run_workload(args.port, workload, rep + 1, seqs) for rep in range(args.reps)]
         finally:
             stop_engine(proc)

@@ -93,6 +93,11 @@ FLAGS: dict[str, FlagSpec] = {
     "swap-space": FlagSpec(until=V0_REMOVED, note="V0 engine only"),
     "kv-cache-memory-bytes": FlagSpec(since=(0, 11, 0)),
     "max-num-partial-prefills": FlagSpec(since=(0, 7, 3)),
+    # Multimodal checkpoints (a nested text_config) served as text-only language models.
+    "limit-mm-per-prompt": FlagSpec(),
+    "language-model-only": FlagSpec(
+        since=(0, 32, 0), takes_value=False,
+        note="verified from 0.32.0; older releases: limit-mm-per-prompt with every modality 0"),
     "long-prefill-token-threshold": FlagSpec(since=(0, 7, 3)),
 }
 

@@ -295,6 +295,15 @@ def test_old_engine_gets_old_flags_only() -> None:
         plan(vllm_version="0.6.2", kv_cache_memory_bytes=1 << 30)
 
 
+def test_text_only_multimodal_flag_follows_the_version() -> None:
+    new = plan(extra_flags={"language-model-only": True})
+    assert new["argv"][-1] == "--language-model-only"
+    with pytest.raises(PlanError, match=r"0\.10\.1.*--language-model-only.*limit-mm-per-prompt"):
+        plan(vllm_version="0.10.1", extra_flags={"language-model-only": True})
+    old = plan(vllm_version="0.10.1", extra_flags={"limit-mm-per-prompt": '{"image": 0}'})
+    assert old["argv"][-2:] == ["--limit-mm-per-prompt", '{"image": 0}']
+
+
 def test_disabling_chunked_prefill_follows_the_version() -> None:
     old = plan(BASE, vllm_version="0.6.2", enable_chunked_prefill=False)
     assert "--enable-chunked-prefill" not in old["argv"]

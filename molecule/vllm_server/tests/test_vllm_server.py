@@ -217,6 +217,18 @@ GEOMETRIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                    head_dim=64), {}),
     "48_layers": (geometry(num_hidden_layers=48), {}),
     "fp8_kv_cache": (geometry(), {"kv_cache_dtype": "fp8"}),
+    # A multimodal checkpoint whose language model is nested under text_config (Qwen2-Audio:
+    # its audio tower needs no torchvision, which has no build for this CPU torch), served
+    # text-only. The planner reads the geometry from text_config.
+    "nested_text_config": (
+        {"architectures": ["Qwen2AudioForConditionalGeneration"], "model_type": "qwen2_audio",
+         "audio_token_index": 1000, "torch_dtype": "bfloat16",
+         "audio_config": {"model_type": "qwen2_audio_encoder", "num_mel_bins": 128,
+                          "encoder_layers": 1, "encoder_attention_heads": 2,
+                          "encoder_ffn_dim": 128, "d_model": 64, "max_source_positions": 1500},
+         "text_config": {**{k: v for k, v in BASE.items() if k != "architectures"},
+                         "num_hidden_layers": 6}},
+        {"extra_flags": {"load-format": "dummy", "language-model-only": True}}),
 }
 
 
