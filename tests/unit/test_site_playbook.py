@@ -115,3 +115,17 @@ def test_engine_rollout_without_the_gateway_still_verifies(tmp_path: Path) -> No
     assert not any(t.startswith("engine_gateway : ") for t in tasks)
     assert index_of(tasks, "vllm_server : Wait for each replica's /health") < index_of(
         tasks, "benchmark : ")
+
+
+def test_engine_install_runs_in_the_background_from_after_the_driver_to_the_units(
+        tmp_path: Path) -> None:
+    """pip starts after the driver stage (which may reboot) and before CUDA and the model;
+    the engine stage joins it before it writes any unit."""
+    tasks = listed_tasks(two_host_inventory(tmp_path))
+    driver = index_of(tasks, "nvidia_driver : ", last=True)
+    pip = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
+    cuda = index_of(tasks, "cuda_toolkit : ")
+    model = index_of(tasks, "model_artifacts : ", last=True)
+    joined = index_of(tasks, "vllm_server : Wait for the background install")
+    unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
+    assert driver < pip < cuda < model < joined < unit

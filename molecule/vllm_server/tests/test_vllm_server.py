@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -151,16 +152,20 @@ def invocation(host: Host, unit: str) -> str:
     return str(host.run(f"systemctl show -p InvocationID --value {unit}").stdout.strip())
 
 
-def run_playbook(playbook: str, *args: str) -> str:
+def playbook_run(playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
     """One of the scenario's playbooks against the scenario's host, as molecule runs them."""
     scenario = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
-           "ANSIBLE_LIBRARY": str(ROOT / "library")}
-    run = subprocess.run(
+           "ANSIBLE_LIBRARY": str(ROOT / "library"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
          "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / playbook), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_playbook(playbook: str, *args: str) -> str:
+    run = playbook_run(playbook, *args)
     assert run.returncode == 0, run.stdout[-3000:]
     return run.stdout
 
@@ -268,3 +273,23 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
         else:
             assert not error, results[name]
         assert results[name].get("logged_tokens") == tokens, (name, results[name], tokens)
+
+
+def test_failed_background_install_stops_before_the_units(host: Host) -> None:
+    """site.yml's way: pip in the background, joined by the main entry point. A package the
+    wheel directory lacks fails at the join with pip's error; the running engine and its
+    files stay as they were, and the next good run converges."""
+    files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+             "/srv/vllm/bin/vllm-0.sh"]
+    before = host.run("sha256sum " + " ".join(files)).stdout
+    vllm_0 = invocation(host, UNIT)
+    run = playbook_run("background_install.yml", "-e", "background_package=vllm-cpu-missing")
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert run.returncode != 0 and tasks[-1] == (
+        "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
+    join = (run.stdout + run.stderr).split("TASK [")[-1]  # pip's own error, as the join reports
+    assert "ERROR: " in join and "vllm-cpu-missing==0.32.0" in join, join
+    assert host.run("sha256sum " + " ".join(files)).stdout == before
+    assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a failed install"
+    run_playbook("converge.yml")
+    assert http(host, "/health", key="")[0] == 200
