@@ -99,8 +99,8 @@ def test_engines_load_while_gateway_and_metrics_install_then_are_verified(
     the metrics and before the gate, so a batch is verified before the next is touched."""
     tasks = listed_tasks(two_host_inventory(tmp_path))
     start = index_of(tasks, "vllm_server : Enable and start every replica")
-    gateway = index_of(tasks, "engine_gateway : ")
-    metrics = index_of(tasks, "gpu_metrics : ")
+    gateway = index_of(tasks, "engine_gateway : Configure the gateway")
+    metrics = index_of(tasks, "gpu_metrics : Point node exporter")
     joined = index_of(tasks, "vllm_server : Wait for each replica's start job", last=True)
     kv_check = index_of(tasks, "vllm_server : Fail if an engine holds fewer KV cache tokens",
                         last=True)
@@ -129,3 +129,23 @@ def test_engine_install_runs_in_the_background_from_after_the_driver_to_the_unit
     joined = index_of(tasks, "vllm_server : Wait for the background install")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
     assert driver < pip < cuda < model < joined < unit
+
+
+def test_later_stages_packages_install_during_pip_and_configure_after_the_engine(
+        tmp_path: Path) -> None:
+    """HAProxy, node exporter and (on the Prometheus server) Prometheus are installed between
+    pip's start and its join; their configuration still follows the engine's units, and the
+    main entry points skip the package step they already ran."""
+    tasks = listed_tasks(two_host_inventory(tmp_path))
+    pip = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
+    joined = index_of(tasks, "vllm_server : Wait for the background install")
+    unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
+    for package, configure in [
+            ("engine_gateway : Install HAProxy", "engine_gateway : Configure the gateway"),
+            ("gpu_metrics : Install node exporter", "gpu_metrics : Point node exporter"),
+            ("prometheus_server : Install Prometheus", "prometheus_server : Render the scrape")]:
+        assert pip < index_of(tasks, package) < joined, package
+        assert unit < index_of(tasks, configure), configure
+    # The Prometheus play's own package step comes after the batches: for a Prometheus server
+    # that is not an engine host, it is the only one.
+    assert index_of(tasks, "prometheus_server : Install Prometheus", last=True) > unit
