@@ -12,7 +12,11 @@ Plain typed functions hold the logic (``verify_dir``, ``preflight``, ``promote``
 * ``preflight``: free space on the model filesystem >= locked bytes not yet present + margin.
 * ``stage``: fill a staging directory from a pre-staged directory (hard links, else copies).
 * ``promote``: rename a verified staging directory to ``<root>/<commit>`` and switch the
-  ``current`` symlink by renaming a temporary symlink over it; keep ``keep`` revisions.
+  ``current`` symlink by renaming a temporary symlink over it; keep ``keep`` revisions;
+  return the text of ``read`` (e.g. ``config.json``) in the live revision.
+
+``verify`` with ``absent_ok`` reports ``exists: false`` for a missing directory instead of
+failing, so one call both finds and checks an installed revision.
 """
 
 from __future__ import annotations
@@ -78,6 +82,13 @@ options:
   keep:
     type: int
     default: 2
+  absent_ok:
+    description: For verify, report exists=false for a missing directory instead of failing.
+    type: bool
+    default: false
+  read:
+    description: For promote, a file in the live revision whose text to return (as read).
+    type: str
 """
 
 BUF = 1 << 20
@@ -385,6 +396,14 @@ def promote(
     return result
 
 
+def read_live(root: Path, relative: str) -> str | None:
+    """The text of RELATIVE in the live revision (ROOT/current), or None where there is none."""
+    try:
+        return (root / "current" / relative).read_text()
+    except OSError:  # a first --check run: nothing is live yet
+        return None
+
+
 def _files_param(raw: Sequence[Mapping[str, Any]]) -> list[LockedFile]:
     return [
         {"path": str(f["path"]), "size": int(f["size"]), "sha256": str(f["sha256"])} for f in raw
@@ -414,6 +433,8 @@ def main() -> None:
             "root": {"type": "path"},
             "commit": {"type": "str"},
             "keep": {"type": "int", "default": 2},
+            "absent_ok": {"type": "bool", "default": False},
+            "read": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -432,7 +453,11 @@ def main() -> None:
             module.exit_json(changed=bool(added), added=added)
         if p["action"] == "promote":
             result = promote(path, Path(p["root"]), p["commit"], p["keep"], dry)
+            if p["read"]:
+                result["read"] = read_live(Path(p["root"]), p["read"])
             module.exit_json(**result)
+        if not path.is_dir() and p["absent_ok"]:
+            module.exit_json(changed=False, exists=False)
         if not path.is_dir():
             if dry:
                 module.exit_json(changed=False, skipped_reason=f"{path} does not exist yet")
@@ -461,7 +486,7 @@ def main() -> None:
             changed=changed,
             **result,
         )
-    module.exit_json(changed=changed, **result)
+    module.exit_json(changed=changed, exists=True, **result)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from library.model_verify import (
     hash_many,
     preflight,
     promote,
+    read_live,
     sha256_file,
     stage,
     verify_dir,
@@ -199,3 +200,16 @@ def test_promote_refuses_without_a_verified_directory(tmp_path: Path) -> None:
     assert promote(tmp_path / "none", tmp_path / "absent", COMMIT_A, keep=2, dry_run=True)[
         "changed"
     ]
+
+
+def test_promote_then_read_the_live_config(tmp_path: Path) -> None:
+    """What the role hands the planner: the live revision's config.json, read in the same
+    call as the switch; nothing before anything is live (a first --check run)."""
+    root = tmp_path / "models"
+    assert read_live(root, "config.json") is None
+    staging = root / ".staging" / COMMIT_A
+    staging.mkdir(parents=True)
+    (staging / "config.json").write_text('{"num_hidden_layers": 4}')
+    promote(staging, root, COMMIT_A, keep=2)
+    assert read_live(root, "config.json") == '{"num_hidden_layers": 4}'
+    assert read_live(root, "missing.json") is None

@@ -146,6 +146,9 @@ def test_later_stages_packages_install_during_pip_and_configure_after_the_engine
             ("prometheus_server : Install Prometheus", "prometheus_server : Render the scrape")]:
         assert pip < index_of(tasks, package) < joined, package
         assert unit < index_of(tasks, configure), configure
-    # The Prometheus play's own package step comes after the batches: for a Prometheus server
-    # that is not an engine host, it is the only one.
-    assert index_of(tasks, "prometheus_server : Install Prometheus", last=True) > unit
+    # A Prometheus server that is also an engine host is configured in its batch, while the
+    # model loads (before the replicas are verified); dedicated ones get the last play.
+    verified = index_of(tasks, "vllm_server : Wait for each replica's /health", last=True)
+    assert unit < index_of(tasks, "prometheus_server : Wait until Prometheus is ready") < verified
+    plays = run_site(two_host_inventory(tmp_path), "--list-hosts").stdout
+    assert re.search(r"play #3 \(prometheus_servers:!vllm_servers\)", plays), plays
