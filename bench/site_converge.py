@@ -81,13 +81,14 @@ def start_host(name: str, ssh_port: int | None = None) -> None:
         raise SystemExit(f"{name}: sshd does not answer on 127.0.0.1:{ssh_port}")
 
 
-def floor_script() -> str:
+def floor_steps() -> tuple[str, str]:
+    """The floor's shell script in two parts: apt and the venv, then pip (timed alone)."""
     engine = yaml.safe_load((GROUP_VARS / "main.yml").read_text())
     pins = yaml.safe_load((GROUP_VARS / "constraints.yml").read_text())
     constraints = "\n".join(pins["vllm_server_pip_constraints"])
     package = f"{engine['vllm_server_package']}=={engine['vllm_server_version']}"
     remove = " ".join(engine["vllm_server_pip_remove"])
-    return "\n".join([
+    system = "\n".join([
         "set -eu",
         "export DEBIAN_FRONTEND=noninteractive",
         "apt-get update -qq",
@@ -95,22 +96,48 @@ def floor_script() -> str:
         "mkdir -p /srv/vllm",
         f"printf '%s\\n' {shlex.quote(constraints)} > /srv/vllm/constraints.txt",
         "python3 -m venv /srv/vllm/venv",
+    ])
+    pip = "\n".join([
+        "set -eu",
         "/srv/vllm/venv/bin/pip install -q --disable-pip-version-check "
         "--cert /etc/ssl/certs/ca-certificates.crt --constraint /srv/vllm/constraints.txt "
         f"--find-links /opt/wheels {shlex.quote(package)}",
         f"/srv/vllm/venv/bin/pip uninstall -q -y {remove}",
     ])
+    return system, pip
 
 
-def run_floor(name: str) -> float:
+def run_floor(name: str) -> dict[str, float]:
     start_host(name)
     began = time.monotonic()
-    out = sh(["podman", "exec", name, "sh", "-c", floor_script()])
-    elapsed = time.monotonic() - began
+    system, pip = floor_steps()
+    out = sh(["podman", "exec", name, "sh", "-c", system])
+    pip_began = time.monotonic()
+    if out.returncode == 0:
+        out = sh(["podman", "exec", name, "sh", "-c", pip])
+    done = time.monotonic()
     sh(["podman", "rm", "-f", name])
     if out.returncode != 0:
         raise SystemExit(f"floor install failed: {out.stderr.strip()[-2000:]}")
-    return elapsed
+    return {"total_s": done - began, "pip_s": done - pip_began}
+
+
+def task_starts(log: str) -> list[tuple[float, str]]:
+    """(seconds since the play began, task name) for every task profile_tasks timed."""
+    found = re.findall(r"^TASK \[(.*?)\] \*+\n\w+ \d+ \w+ \d+\s+[\d:]+ \+0000 \([\d:.]+\)"
+                       r"\s+(\d+):(\d+):([\d.]+)", log, re.M)
+    return [(int(h) * 3600 + int(m) * 60 + float(sec), name) for name, h, m, sec in found]
+
+
+def site_pip_seconds(log: str) -> float | None:
+    """From the start of the engine's pip install to the end of its join: pip's own time
+    in the converge (what overlaps it does not count), to set beside the floor's pip."""
+    starts = task_starts(log)
+    begin = next((t for t, n in starts if n.endswith("Install the pinned vLLM into the "
+                                                    "virtual environment")), None)
+    end = next((t for t, n in starts if n.endswith("Remove the background install's job file")),
+               None)
+    return None if begin is None or end is None else end - begin
 
 
 def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
@@ -140,6 +167,7 @@ def run_site(name: str, logdir: Path) -> dict[str, Any]:
     finally:
         sh(["podman", "rm", "-f", name])
     return {"converge_s": first, "changed": first_counts.get("changed"),
+            "pip_s": site_pip_seconds((logdir / f"{name}-converge.log").read_text()),
             "rerun_s": again, "rerun_changed": again_counts.get("changed")}
 
 
@@ -154,22 +182,33 @@ def main(argv: list[str] | None = None) -> int:
         KEY.parent.mkdir(mode=0o700, exist_ok=True)
         sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(KEY)])
     logdir = Path(tempfile.mkdtemp(prefix="site-converge-"))
-    floors, sites = [], []
+    floors: list[dict[str, float]] = []
+    sites: list[dict[str, Any]] = []
     for i in range(args.repeat):
-        floors.append(run_floor(f"bench-floor-{i}"))
-        print(f"floor #{i}: {floors[-1]:.0f} s", flush=True)
-        sites.append(run_site(f"bench-site-{i}", logdir))
-        print(f"site  #{i}: converge {sites[-1]['converge_s']:.0f} s "
-              f"({sites[-1]['changed']} changed), re-run {sites[-1]['rerun_s']:.0f} s "
-              f"({sites[-1]['rerun_changed']} changed)", flush=True)
-    floor = statistics.median(floors)
+        # Alternate which goes first: pip's download speed drifts over minutes.
+        for kind in (("floor", "site") if i % 2 == 0 else ("site", "floor")):
+            if kind == "floor":
+                floors.append(run_floor(f"bench-floor-{i}"))
+                print(f"floor #{i}: {floors[-1]['total_s']:.0f} s "
+                      f"(pip {floors[-1]['pip_s']:.0f} s)", flush=True)
+            else:
+                sites.append(run_site(f"bench-site-{i}", logdir))
+                site = sites[-1]
+                print(f"site  #{i}: converge {site['converge_s']:.0f} s ({site['changed']} "
+                      f"changed; pip {site['pip_s'] or 0:.0f} s), re-run "
+                      f"{site['rerun_s']:.0f} s ({site['rerun_changed']} changed)", flush=True)
+    floor = statistics.median(f["total_s"] for f in floors)
     converge = statistics.median(s["converge_s"] for s in sites)
     rerun = statistics.median(s["rerun_s"] for s in sites)
+    pips = [s["pip_s"] for s in sites if s["pip_s"] is not None]
     result = {"floor_s": floor, "converge_s": converge, "ratio": converge / floor,
+              "floor_pip_s": statistics.median(f["pip_s"] for f in floors),
+              "site_pip_s": statistics.median(pips) if pips else None,
               "rerun_s": rerun, "rerun_changed": max(s["rerun_changed"] for s in sites),
               "runs": {"floor": floors, "site": sites}, "logs": str(logdir)}
     ok = result["ratio"] <= 1.3 and rerun <= 30 and result["rerun_changed"] == 0
-    print(f"\n| | seconds |\n| --- | --- |\n| floor (apt + pip by hand) | {floor:.0f} |\n"
+    print(f"\n| | seconds |\n| --- | --- |\n| floor (apt + pip by hand) | {floor:.0f} "
+          f"(pip {result['floor_pip_s']:.0f}) |\n"
           f"| site.yml converge | {converge:.0f} ({result['ratio']:.2f} x floor; target <= 1.3) |\n"
           f"| site.yml re-run | {rerun:.0f} ({result['rerun_changed']} changed; "
           f"target <= 30 s, 0 changed) |\n\nverdict: {'PASS' if ok else 'FAIL'}; logs in {logdir}")

@@ -191,19 +191,3 @@ def test_apt_parses_the_rendered_sources(tmp_path: Path, facts: dict[str, str]) 
         capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert f"'{p['repo']['url']}InRelease'" in proc.stdout
-
-
-@pytest.mark.parametrize("role", ["nvidia_driver", "cuda_toolkit"])
-def test_defaults_match_argument_specs_one_to_one(role: str) -> None:
-    """Role contract: every default documented in meta/argument_specs.yml with the same value."""
-    import yaml  # type: ignore[import-untyped]
-
-    base = ROOT / "roles" / role
-    defaults = yaml.safe_load((base / "defaults" / "main.yml").read_text())
-    options = yaml.safe_load((base / "meta" / "argument_specs.yml").read_text())[
-        "argument_specs"]["main"]["options"]
-    assert set(defaults) == set(options)
-    for name, spec in options.items():
-        assert name.startswith(role + "_")
-        assert spec["default"] == defaults[name], name
-        assert spec.get("description")
