@@ -157,7 +157,8 @@ def playbook_run(playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
     scenario = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
-           "ANSIBLE_LIBRARY": str(ROOT / "library"), "ANSIBLE_NOCOLOR": "1"}
+           "ANSIBLE_LIBRARY": str(ROOT / "library"),
+           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1"}
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
          "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / playbook), *args],

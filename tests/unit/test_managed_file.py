@@ -1,0 +1,158 @@
+"""action_plugins/managed_file.py with the real ansible-playbook on this machine (connection
+local, a scratch directory): it writes through ansible.builtin.template/copy, answers
+"unchanged" with one module call, and hands every difference back to the builtin."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_plan_playbook import PLAYBOOK
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "action_plugins"))
+from managed_file import attributes_match, check_args, unchanged  # noqa: E402
+
+PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    greeting: hello
+  roles:
+    - role: demo
+"""
+TASKS = """
+- name: From a template
+  managed_file:
+    template: greeting.j2
+    dest: "{{ out }}/greeting.txt"
+    mode: "{{ file_mode | default('0640') }}"
+    validate: "{{ validate | default('test -s %s') }}"
+- name: From a role file
+  managed_file:
+    src: static.txt
+    dest: "{{ out }}/static.txt"
+    mode: "0644"
+- name: From content
+  managed_file:
+    content: "{{ greeting }} from content\\n"
+    dest: "{{ out }}/content.txt"
+    mode: "0600"
+"""
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    role = tmp_path / "roles" / "demo"
+    for sub in ("tasks", "templates", "files"):
+        (role / sub).mkdir(parents=True)
+    (role / "tasks" / "main.yml").write_text(TASKS)
+    (role / "templates" / "greeting.j2").write_text("# {{ ansible_managed }}\n{{ greeting }}\n")
+    (role / "files" / "static.txt").write_text("static\n")
+    (tmp_path / "site.yml").write_text(PLAY)
+    (tmp_path / "out").mkdir()
+    # Counts the module runs: every module call starts this interpreter once.
+    counter = tmp_path / "python"
+    counter.write_text(f"#!/bin/sh\necho x >> {tmp_path}/calls\nexec {sys.executable} \"$@\"\n")
+    counter.chmod(0o755)
+    return tmp_path
+
+
+def play(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, dict[str, Any]]:
+    (project / "calls").unlink(missing_ok=True)
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(project / "roles"),
+           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_LOCALHOST_WARNING": "0",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
+    proc = subprocess.run(
+        [PLAYBOOK, "-i", "localhost,", str(project / "site.yml"), "-e", f"out={project}/out",
+         "-e", f"ansible_python_interpreter={project}/python", *args],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
+    calls = len((project / "calls").read_text().splitlines()) if (project / "calls").exists() else 0
+    report = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
+    return proc, calls, report
+
+
+def changed_tasks(report: dict[str, Any]) -> list[str]:
+    return [t["task"]["name"].removeprefix("demo : ") for t in report["plays"][0]["tasks"]
+            if t["hosts"]["localhost"].get("changed")]
+
+
+def test_writes_then_reruns_with_one_module_call_per_file(project: Path) -> None:
+    first, _, report = play(project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert len(changed_tasks(report)) == 3
+    out = project / "out"
+    assert (out / "greeting.txt").read_text().endswith("hello\n")
+    assert stat.S_IMODE((out / "content.txt").stat().st_mode) == 0o600
+    again, calls, report = play(project)
+    assert again.returncode == 0 and changed_tasks(report) == []
+    assert calls == 3  # ansible.builtin.template/copy take 6: stat, then file, for each
+
+
+def test_content_and_mode_drift_go_back_to_the_builtin(project: Path) -> None:
+    play(project)
+    out = project / "out"
+    (out / "greeting.txt").write_text("edited by hand\n")
+    (out / "static.txt").chmod(0o666)
+    again, _, report = play(project)
+    assert again.returncode == 0
+    assert changed_tasks(report) == ["From a template", "From a role file"]
+    assert (out / "greeting.txt").read_text().endswith("hello\n")
+    assert stat.S_IMODE((out / "static.txt").stat().st_mode) == 0o644
+
+
+def test_check_mode_shows_the_diff_and_writes_nothing(project: Path) -> None:
+    play(project)
+    target = project / "out" / "greeting.txt"
+    target.write_text("edited by hand\n")
+    check, _, report = play(project, "--check", "--diff")
+    assert check.returncode == 0 and changed_tasks(report) == ["From a template"]
+    diff = report["plays"][0]["tasks"][0]["hosts"]["localhost"]["diff"]
+    assert "edited by hand" in json.dumps(diff) and "hello" in json.dumps(diff)
+    assert target.read_text() == "edited by hand\n"
+
+
+def test_a_failed_validate_leaves_the_live_file(project: Path) -> None:
+    play(project)
+    target = project / "out" / "greeting.txt"
+    target.write_text("edited by hand\n")
+    bad, _, _ = play(project, "-e", "validate='false %s'")
+    assert bad.returncode != 0 and "failed to validate" in bad.stdout
+    assert target.read_text() == "edited by hand\n"
+
+
+def test_an_unsupported_option_is_refused_with_the_fix(project: Path) -> None:
+    tasks = project / "roles" / "demo" / "tasks" / "main.yml"
+    tasks.write_text(TASKS.replace('    mode: "0600"', '    mode: "0600"\n    backup: true'))
+    proc, _, _ = play(project)
+    assert proc.returncode != 0
+    assert "unsupported option(s) backup" in proc.stdout
+    assert not (project / "out" / "content.txt").exists()
+
+
+def test_argument_checks() -> None:
+    assert check_args({"template": "a.j2", "dest": "/x", "mode": "0644"}) is None
+    assert "exactly one of" in (check_args({"template": "a", "src": "b", "dest": "/x"}) or "")
+    assert "exactly one of" in (check_args({"content": "a"}) or "")
+    assert "octal string" in (check_args({"content": "a", "dest": "/x", "mode": "u=rw"}) or "")
+
+
+def test_unchanged_needs_bytes_type_owner_group_and_mode() -> None:
+    st = {"exists": True, "isreg": True, "islnk": False, "checksum": "c", "pw_name": "root",
+          "uid": 0, "gr_name": "vllm", "gid": 997, "mode": "0640"}
+    args = {"owner": "root", "group": "vllm", "mode": "0640"}
+    assert unchanged(st, "c", args)
+    assert unchanged(st, "c", {"owner": "0", "group": "997", "mode": "640"})
+    assert not unchanged(st, "d", args)
+    assert not unchanged({**st, "islnk": True}, "c", args)
+    assert not unchanged({**st, "exists": False}, "c", args)
+    assert not attributes_match(st, {**args, "group": "root"})
+    assert not attributes_match(st, {**args, "mode": "0644"})
