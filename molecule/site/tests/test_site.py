@@ -99,9 +99,10 @@ def test_engine_environment_is_the_pinned_uv_install(host: Host) -> None:
     assert not {normalized(n) for n in GROUP_VARS["vllm_server_pip_remove"]} & set(installed)
     assert {by for _, by in installed.values()} <= {"uv", "pip"}  # pip: the venv's own
     assert host.file("/srv/vllm/installer/bin/uv").exists
-    pyc = host.run("find /srv/vllm/venv/lib/python3.11/site-packages/vllm -maxdepth 2 "
-                   "-name '*.cpython-311.pyc' | wc -l").stdout
-    assert int(pyc) > 50, pyc
+    counts = host.check_output(
+        "cd /srv/vllm/venv/lib/python3.11/site-packages/vllm && "
+        "find . -name '*.py' | wc -l && find . -name '*.cpython-311.pyc' | wc -l").split()
+    assert int(counts[0]) > 1000 and counts[1] == counts[0], counts  # every module compiled
 
 
 def test_gateway_answers_completions_and_chat(host: Host) -> None:
