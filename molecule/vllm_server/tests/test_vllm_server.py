@@ -158,7 +158,9 @@ def playbook_run(playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
            "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
            "ANSIBLE_LIBRARY": str(ROOT / "library"),
-           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1"}
+           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1",
+           # molecule exports ANSIBLE_FORCE_COLOR=true, which wins over NOCOLOR.
+           "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),
          "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / playbook), *args],
