@@ -159,6 +159,7 @@ def site_pip_seconds(log: str) -> float | None:
 def run_site_once(name: str, log: Path) -> tuple[float, dict[str, int]]:
     # profile_tasks: each task's seconds in the log, the slowest 25 at its end.
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0",
            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
            "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "25",
            "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}

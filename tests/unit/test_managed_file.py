@@ -5,7 +5,6 @@ local, a scratch directory): it writes through ansible.builtin.template/copy, an
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scripts import ansible_env
 from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,10 +67,10 @@ def project(tmp_path: Path) -> Path:
 
 def play(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, dict[str, Any]]:
     (project / "calls").unlink(missing_ok=True)
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(project / "roles"),
-           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_LOCALHOST_WARNING": "0",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
+    env = ansible_env(False, ANSIBLE_ROLES_PATH=str(project / "roles"),
+                      ANSIBLE_ACTION_PLUGINS=str(ROOT / "action_plugins"),
+                      ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+                      ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     proc = subprocess.run(
         [PLAYBOOK, "-i", "localhost,", str(project / "site.yml"), "-e", f"out={project}/out",
          "-e", f"ansible_python_interpreter={project}/python", *args],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _scripts import ansible_env
 from test_planner_errors import NOTES_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +18,7 @@ PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent
 
 
 def run_plan(inventory: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0"}
+    env = ansible_env()
     return subprocess.run(
         [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks" / "plan.yml")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)

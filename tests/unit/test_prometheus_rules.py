@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _scripts import ansible_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = ROOT / "tests" / "promtool"
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.skipif(PROMTOOL is None and os.environ.get("CI") != "tr
 
 
 def render(tmp: Path, version: str, inventory: Path) -> Path:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    env = ansible_env()
     subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", str(inventory),
          str(PROMTOOL_TESTS / "render.yml"), "-e", f"out={tmp}",

@@ -5,12 +5,12 @@ lock."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import yaml
+from _scripts import ansible_env
 from test_plan_playbook import NOTES_TEMPLATE, PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +18,7 @@ CONFIG = ROOT / "inventories/example/models/Qwen2.5-72B-Instruct/config.json"
 
 
 def run_site(inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0"}
+    env = ansible_env()
     return subprocess.run(
         [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks/site.yml"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
