@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import subprocess
 import sys
@@ -264,7 +265,8 @@ _CUDA_PACKAGES = (
 )
 
 
-def cuda_from_requires(requires_dist: Sequence[str], env: Mapping[str, str]) -> tuple[str | None, str]:
+def cuda_from_requires(requires_dist: Sequence[str],
+                       env: Mapping[str, str]) -> tuple[str | None, str]:
     """CUDA major.minor of a torch wheel from its Requires-Dist: (cuda, evidence) or (None, reason).
 
     The CUDA runtime the wheel installs names the version: ``cuda-toolkit[...]==13.0.3`` (torch
@@ -367,15 +369,21 @@ class Pip:
     reports: Path | None
 
     def _base(self) -> list[str]:
-        args = [self.python, "-m", "pip", "--isolated", "--disable-pip-version-check"]
-        return args
+        return [self.python, "-m", "pip", "--isolated", "--disable-pip-version-check"]
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        """--isolated drops PIP_* variables and the user's config, but not the global config
+        (a constraints file there would cap torch): PIP_CONFIG_FILE=/dev/null skips them all."""
+        return {**os.environ, "PIP_CONFIG_FILE": os.devnull}
 
     def _tail(self) -> list[str]:
         return ["--cert", self.cert] if self.cert else []
 
     def versions(self, package: str) -> list[str]:
         cmd = self._base() + ["index", "versions", package] + self._tail()
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300,
+                             env=self.env())
         return parse_index_versions(out.stdout)
 
     def metadata(self, package: str, version: str) -> Metadata:
@@ -399,7 +407,8 @@ class Pip:
                     *[arg for tag in PLATFORM_TAGS for arg in ("--platform", tag)],
                     "--report", str(report), f"{package}=={version}", *self._tail(),
                 ]
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                                      env=self.env())
                 if proc.returncode != 0 or not report.exists():
                     last = [ln for ln in proc.stderr.splitlines()
                             if ln.startswith("ERROR") and "yanked" not in ln]
@@ -435,11 +444,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no vLLM releases found in range", file=sys.stderr)
         return 1
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        vllm_meta = dict(zip(releases, pool.map(lambda v: pip.metadata("vllm", v), releases)))
-        torches = sorted({pin for requires, python, _ in vllm_meta.values() if requires is not None
+        vllm_meta = dict(zip(releases, pool.map(lambda v: pip.metadata("vllm", v), releases),
+                             strict=True))
+        torches = sorted({pin for requires, python, _ in vllm_meta.values()
+                          if requires is not None
                           if (spec := torch_requirement(requires, marker_env(python)))
                           if (pin := exact_pin(spec))})
-        torch_meta = dict(zip(torches, pool.map(lambda v: pip.metadata("torch", v), torches)))
+        torch_meta = dict(zip(torches, pool.map(lambda v: pip.metadata("torch", v), torches),
+                              strict=True))
     rows = [build_row(v, vllm_meta[v], torch_meta) for v in releases]
     source = ("PyPI Requires-Dist of each vLLM release's Linux x86_64 wheel and of the torch "
               "release it pins (the wheel pip picks for CPython on glibc "

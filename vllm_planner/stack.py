@@ -134,7 +134,7 @@ def _compat_blocker(gpu: str | None, branch: int, cuda: str) -> str:
     bases = FORWARD_COMPAT_BASE_BRANCHES.get(cuda_major(cuda), frozenset())
     if branch not in bases:
         supported = ", ".join(f"R{b}" for b in sorted(bases)) or "none in the stack table"
-        eol = " (R%d is end of life)" % branch if branch in END_OF_LIFE_BRANCHES else ""
+        eol = f" (R{branch} is end of life)" if branch in END_OF_LIFE_BRANCHES else ""
         return (f"R{branch}{eol} is not a base branch on which NVIDIA supports "
                 f"{_cuda_compat_package(cuda)} (supported bases for CUDA "
                 f"{cuda_major(cuda)}.x: {supported})")
