@@ -5,6 +5,7 @@
     {{ 8 | vllm_replicas(2, 8000) }}
     {{ plan | kv_plan_table('host / replica 0') }}
     {{ '0.32.0' | vllm_metrics }}
+    {{ '550.163.01' | vllm_stack_problem(engine, source='debian', gpu='H200') }}  -> '' or why
 """
 
 from __future__ import annotations
@@ -30,11 +31,25 @@ from vllm_planner import (  # noqa: E402
     plan_table,
     split_gpus,
 )
+from vllm_planner.stack import stack_problem  # noqa: E402
 
 
 def vllm_metrics(version: object) -> dict[str, str]:
     """Metric names the given vLLM release exports (for alert rules and checks)."""
     return metric_names(parse_version(version))
+
+
+def vllm_stack_problem(driver_version: object, engine: object, source: str = "nvidia_repo",
+                       gpu: str | None = None, cuda_compat: bool = False) -> str:
+    """'' when the driver (version) can run the engine the plan described (vllm_plan's fact
+    vllm_plan_engine_stack: package, vllm, cuda, override), else why not and the fixes. An
+    override with a written reason, or no engine (a host without one), is never refused."""
+    if not isinstance(engine, dict) or not engine.get("vllm") or engine.get("override"):
+        return ""
+    return stack_problem(vllm_version=str(engine["vllm"]),
+                         engine_package=str(engine.get("package") or "vllm"),
+                         driver_version=str(driver_version), driver_source=source,
+                         gpu=gpu, cuda_compat=bool(cuda_compat))
 
 
 def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,7 +71,8 @@ def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FilterModule:
-    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table and vllm_metrics."""
+    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table, vllm_metrics and
+    vllm_stack_problem."""
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -65,4 +81,5 @@ class FilterModule:
             "vllm_replicas": _named_errors(split_gpus),
             "kv_plan_table": _named_errors(plan_table),
             "vllm_metrics": _named_errors(vllm_metrics),
+            "vllm_stack_problem": _named_errors(vllm_stack_problem),
         }

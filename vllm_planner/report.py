@@ -12,6 +12,25 @@ def _gib(value: object) -> str:
     return f"{value / GIB:.2f}" if isinstance(value, int) else "-"
 
 
+def _stack_rows(stack: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """vllm -> torch -> CUDA -> minimum driver, and the driver the host gets."""
+    if not stack:
+        return []
+    if not stack.get("cuda"):
+        needs = (f"{stack['package']} {stack['vllm']}: no CUDA runtime (CPU build)"
+                 if stack["package"] != "vllm" else
+                 f"vllm {stack['vllm']}: CUDA unknown (not in the stack table)")
+    else:
+        needs = (f"vllm {stack['vllm']} -> torch {stack['torch']} -> CUDA {stack['cuda']} "
+                 f"-> driver R{stack['min_driver_branch']}+")
+    rows = [("engine stack", needs)]
+    driver = stack.get("driver")
+    if driver:
+        compat = ", cuda-compat" if driver.get("cuda_compat") else ""
+        rows.append(("driver", f"{driver['version']} ({driver['source']}{compat})"))
+    return rows
+
+
 def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
     """Render one replica's plan as aligned text lines."""
     gpu = plan["gpu"]
@@ -20,6 +39,7 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
         ("gpu", f"{gpu['name']} ({_gib(gpu['memory_bytes'])} GiB usable)"),
         ("vllm", f"{plan['vllm_version']} ({plan['engine']} engine)"),
         ("tensor parallel", str(plan["tensor_parallel_size"])),
+        *_stack_rows(plan.get("engine_stack")),
         ("kv bytes/token/gpu", f"{plan['kv_bytes_per_token']:,} ({plan['kv_cache_dtype']})"),
         ("weights GiB/gpu", f"{_gib(plan['weights_bytes_per_gpu'])} "
                             f"(from {plan['weights_source']})"),

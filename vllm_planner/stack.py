@@ -27,6 +27,11 @@ from .versions import Version, parse_version
 # R580, the long-term support branch whose CUDA 13.x covers every release in the table.
 DEFAULT_NVIDIA_REPO_DRIVER = "580.105.08"
 
+# The driver Debian's contrib/non-free packages (the debian source; the same facts as the
+# driver role's filter, which a unit test holds equal).
+DEBIAN_DRIVER_VERSIONS = {"bookworm": "535.261.03", "trixie": "550.163.01"}
+DRIVER_SOURCES = ("nvidia_repo", "auto", "debian")
+
 REGENERATE = "regenerate with scripts/vllm_stack_table.py"
 ENGINE_VERSION_FIELDS = "vllm_server_version / vllm_plan_options.vllm_version"
 
@@ -207,3 +212,20 @@ def stack_problem(*, vllm_version: str, engine_package: str, driver_version: str
         fixes.append(f"(c) nvidia_driver_cuda_compat: true (installs {package}, NVIDIA's forward "
                      f"compatibility for data center GPUs on base branch R{branch})")
     return "; ".join(problems) + ". Fix, any one of: " + "; ".join(fixes)
+
+
+def resolve_driver(source: str, version: str, debian_release: str = "") -> str:
+    """The driver version a host gets from the driver role's inputs: the pin, else the
+    source's default. Debian's depends on the release; where it is unknown (a plan on the
+    control node without facts) the newest Debian packages is assumed, and the driver stage
+    checks the host's real one again."""
+    if source not in DRIVER_SOURCES:
+        raise PlanError("nvidia_driver_source", f"{source!r} is not a driver source",
+                        "use " + ", ".join(DRIVER_SOURCES))
+    if version:
+        return version
+    if source != "debian":
+        return DEFAULT_NVIDIA_REPO_DRIVER
+    known = DEBIAN_DRIVER_VERSIONS.get(debian_release)
+    return known or max(DEBIAN_DRIVER_VERSIONS.values(),
+                        key=lambda v: parse_driver_version(v) or (0,))

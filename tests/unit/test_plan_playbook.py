@@ -17,10 +17,10 @@ PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent
     "ansible-playbook"
 
 
-def run_plan(inventory: Path) -> subprocess.CompletedProcess[str]:
+def run_plan(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = ansible_env()
     return subprocess.run(
-        [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks" / "plan.yml")],
+        [PLAYBOOK, "-i", str(inventory), str(ROOT / "playbooks" / "plan.yml"), *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
