@@ -7,10 +7,10 @@ rendered .repo file."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import functools
 import http.server
+import importlib.util
+import json
 import shutil
 import subprocess
 import threading
@@ -264,7 +264,8 @@ def _stanzas(names: list[str], version: str, arch: str) -> str:
 @pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt (Debian/Ubuntu host)")
 @pytest.mark.parametrize(("facts", "where", "kmod", "names", "fabric"),
                          [r for r in R580 if r[0]["os_family"] == "Debian"],
-                         ids=[i for i, r in zip(IDS, R580) if r[0]["os_family"] == "Debian"])
+                         ids=[i for i, r in zip(IDS, R580, strict=True)
+                              if r[0]["os_family"] == "Debian"])
 def test_apt_reads_the_rendered_sources_and_pin_and_resolves_the_plan(
         tmp_path: Path, web_root: tuple[Path, int], facts: dict[str, str], where: str,
         kmod: str, names: list[str], fabric: list[str]) -> None:
