@@ -117,7 +117,7 @@ def test_check_mode_run_reports_no_changes() -> None:
     reports = [
         host_result.get("msg", "")
         for play in result["plays"] for task in play["tasks"]
-        if task["task"]["name"] == "Report the plan and the driver/CUDA pairing"
+        if task["task"]["name"].endswith("Report the plan and the driver/CUDA pairing")
         for host_result in task["hosts"].values()]
     assert len(reports) == 1, reports
     assert "driver 550.163.01 (branch R550, open modules) from debian on Debian 13" in reports[0]
