@@ -28,6 +28,7 @@ readonly APT_PACKAGES=(
   python3 python3-venv
   git  # model_artifacts tests build the fixture Hugging Face repository with git
   openssh-client  # ssh and ssh-keygen: Ansible reaches the local demo target over SSH
+  python3-dnf  # dnf's own parser reads the nvidia_driver role's rendered .repo file (unit test)
 )
 
 log() { printf '[setup] %s\n' "$*"; }

@@ -113,3 +113,16 @@ def test_check_mode_run_reports_no_changes() -> None:
         for host_result in task["hosts"].values() if host_result.get("changed")]
     assert (stats["changed"], stats["failures"]) == (0, 0), changed
     assert stats["ok"] > 20  # the roles really ran
+    # The preflight report explains the driver/CUDA pairing.
+    reports = [
+        host_result.get("msg", "")
+        for play in result["plays"] for task in play["tasks"]
+        if task["task"]["name"].endswith("Report the plan and the driver/CUDA pairing")
+        for host_result in task["hosts"].values()]
+    assert len(reports) == 1, reports
+    assert "driver 550.163.01 (branch R550, open modules) from debian on Debian 13" in reports[0]
+    assert "R550 runs CUDA 12.4 and older natively; engine CUDA: 12.4" in reports[0]
+
+
+def test_no_cuda_compat_linker_entry_without_the_option(host: Any) -> None:
+    assert not host.file("/etc/ld.so.conf.d/nvidia-driver-cuda-compat.conf").exists
