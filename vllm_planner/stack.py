@@ -211,7 +211,7 @@ def stack_problem(*, vllm_version: str, engine_package: str, driver_version: str
     elif not compat_blocker:
         fixes.append(f"(c) nvidia_driver_cuda_compat: true (installs {package}, NVIDIA's forward "
                      f"compatibility for data center GPUs on base branch R{branch})")
-    return "; ".join(problems) + ". Fix, any one of: " + "; ".join(fixes)
+    return "; ".join(problems) + ". Fix: any one of " + "; ".join(fixes)
 
 
 def resolve_driver(source: str, version: str, debian_release: str = "") -> str:

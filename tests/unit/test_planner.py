@@ -232,6 +232,10 @@ HAZARD_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                                            "max_num_seqs": 1}, "positions"),
     "weights_exceed_memory": (QWEN25_72B, {"gpu": "H100-SXM", "tensor_parallel_size": 1},
                               "cannot start"),
+    "driver_cannot_run_engine": (QWEN25_72B, {"tensor_parallel_size": 2, "max_model_len": 32768,
+                                              "driver": {"source": "debian",
+                                                         "version": "550.163.01"}},
+                                 "needs driver R580"),
 }
 
 
