@@ -113,10 +113,10 @@ class KVLayout:
         """Longest sequence (<= limit, block-aligned) one request can hold in the pool."""
         if self.blocks_per_request(self.block_size) > num_blocks:
             return 0
-        low, high = 1, max(1, limit // self.block_size)
+        low, high = 1, max(1, -(-limit // self.block_size))
         while low < high:
             mid = (low + high + 1) // 2
-            if self.blocks_per_request(mid * self.block_size) <= num_blocks:
+            if self.blocks_per_request(min(limit, mid * self.block_size)) <= num_blocks:
                 low = mid
             else:
                 high = mid - 1
@@ -241,7 +241,7 @@ def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLa
                                           (LINEAR, n_linear)) if n]
     if len(buckets) == 1:
         group_size = buckets[0][1]
-        groups = (Group(buckets[0][0], group_size),)
+        groups: tuple[Group, ...] = (Group(buckets[0][0], group_size),)
     else:
         smallest = min(n for _, n in buckets)
         largest = max(n for _, n in buckets)

@@ -380,7 +380,8 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     pool_tokens = num_blocks * block
     if kv_layout is not None:
         # The token count vLLM 0.21+ logs: concurrency at max_model_len x max_model_len.
-        longest = kv_layout.longest_request(num_blocks, max_model_len)
+        # vLLM holds one block back (the null block) when it checks that a request fits.
+        longest = kv_layout.longest_request(num_blocks - 1, max_model_len)
         pool_tokens = int(kv_layout.concurrency(num_blocks, max_model_len) * max_model_len) \
             if longest >= max_model_len else longest
         if not mml_set and workload is None and model_positions is not None and longest > 0:
