@@ -453,6 +453,10 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
                      f"p95-length sequences one replica holds: the excess queues (the plateau); "
                      "add replicas" + ("" if kv_flag.startswith("fp8") else " or an fp8 KV cache"))
 
+    if kv_layout is not None and kv_layout.block_size != opts_block:
+        notes.append(f"vLLM enlarges the attention block from {opts_block} to "
+                     f"{kv_layout.block_size} tokens so one attention page holds one "
+                     f"linear-attention state ({kv_layout.state_page_bytes:,} bytes per layer)")
     model_arg = str(opts.get("model") or cfg.get("_name_or_path") or "model")
     plan: dict[str, Any] = {
         "model": model_arg,
@@ -628,6 +632,8 @@ def _uses_kv_manager(geo: Geometry, engine: EngineTraits, cache: kv_manager.Cach
         return False
     if cache.spec_method in kv_manager.MTP_METHODS or cache.num_speculative_tokens:
         return True
+    if geo.count("linear_attention"):
+        return True  # state-space hybrids always (kv_manager refuses them without HMA)
     return geo.is_hybrid and not cache.disable_hybrid_kv_cache_manager
 
 
