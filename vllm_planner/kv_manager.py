@@ -31,6 +31,7 @@ tests/unit/test_kv_oracle.py checks these numbers against vLLM's own functions.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import PlanError
@@ -134,7 +135,7 @@ def speculative(value: object, geo: Geometry) -> tuple[str | None, int]:
     if value is None:
         return None, 0
     field = "speculative_config"
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise PlanError(field, f"must be a mapping, got {type(value).__name__}",
                         "e.g. {method: mtp, num_speculative_tokens: 2}")
     unknown = sorted(set(map(str, value)) - {"method", "num_speculative_tokens"})
@@ -150,6 +151,8 @@ def speculative(value: object, geo: Geometry) -> tuple[str | None, int]:
                         f"{method} needs the checkpoint's MTP layers, and this config has none",
                         "use ngram, or a checkpoint that ships MTP layers")
     tokens = value.get("num_speculative_tokens")
+    if isinstance(tokens, str) and tokens.strip().isdigit():  # extra-vars arrive as text
+        tokens = int(tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
         raise PlanError(f"{field}.num_speculative_tokens",
                         f"must be a whole number from 1 to 16, got {tokens!r}",

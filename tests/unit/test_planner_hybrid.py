@@ -116,6 +116,13 @@ def test_mtp_widens_the_conv_state_and_adds_an_attention_layer() -> None:
     assert json.loads(value) == {"method": "mtp", "num_speculative_tokens": 2}
 
 
+def test_speculative_config_from_extra_vars() -> None:
+    from types import MappingProxyType  # a Mapping that is not a dict, as Ansible may pass
+    text = _plan(NEXT, 2, speculative_config=MappingProxyType(
+        {"method": "mtp", "num_speculative_tokens": "2"}))
+    assert text["kv_cache_manager"]["state_blocks_per_request"] == 4
+
+
 def test_prefix_caching_and_state_blocks() -> None:
     on = _plan(NEXT, 2)  # 0.32: prefix caching on by default -> align mode
     off = _plan(NEXT, 2, enable_prefix_caching=False)
