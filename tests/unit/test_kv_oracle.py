@@ -30,7 +30,7 @@ ORACLE = Path(__file__).resolve().parents[1] / "oracle" / "kv_oracle.py"
 IMAGE = "localhost/testhost:engine"
 GIB = 1 << 30
 
-pytestmark = pytest.mark.skipif(
+needs_vllm = pytest.mark.skipif(
     os.environ.get("KV_ORACLE") != "1" and not os.environ.get("VLLM_ORACLE_PYTHON"),
     reason="vLLM oracle: run `make oracle` (after `make images`) or set VLLM_ORACLE_PYTHON",
 )
@@ -157,6 +157,7 @@ def test_the_oracle_covers_the_issue() -> None:
     assert len(CASES) >= 100
 
 
+@needs_vllm
 def test_planner_equals_vllm(verdicts: dict[str, tuple[dict[str, Any], dict[str, Any]]]
                              ) -> None:
     mismatches = []
