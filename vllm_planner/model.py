@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import PlanError
@@ -36,9 +36,43 @@ DTYPE_ALIASES = {
     "bf16": "bfloat16",
 }
 
+# Layer kinds (the names transformers writes in ``layer_types``).
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+LINEAR = "linear_attention"
+LAYER_KINDS = (FULL, SLIDING, LINEAR)
+# Gated DeltaNet hybrids: without layer_types, transformers derives them from
+# full_attention_interval (default 4): layer i is full attention iff (i + 1) % interval == 0.
+GDN_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                             "qwen3_5_moe_text"})
+# Sliding-window families without layer_types, as transformers' config classes derive them:
+# (default window, pattern): layer i slides iff (i + 1) % pattern != 0.
+SLIDING_FAMILIES: dict[str, tuple[int | None, int]] = {
+    "gemma2": (None, 2),
+    "gemma3": (None, 6),
+    "gemma3_text": (None, 6),
+    "gpt_oss": (128, 2),
+}
+
 # Bytes per weight for quantized checkpoints, by quant_method (bits read where given).
 FP8_METHODS = {"fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"}
 BIT_METHODS = {"gptq", "awq", "gptq_marlin", "awq_marlin", "marlin", "bitsandbytes", "hqq"}
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """A Gated DeltaNet layer's recurrent state, from the config's ``linear_*`` fields."""
+
+    conv_kernel: int
+    num_key_heads: int
+    key_head_dim: int
+    num_value_heads: int
+    value_head_dim: int
+    ssm_dtype: str | None  # config's mamba_ssm_dtype (Qwen3.5: float32), None = unset
+
+    def conv_dim(self) -> int:
+        return (2 * self.num_key_heads * self.key_head_dim
+                + self.num_value_heads * self.value_head_dim)
 
 
 @dataclass(frozen=True)
@@ -62,6 +96,36 @@ class Geometry:
     shared_expert_intermediate_size: int
     quant_method: str | None
     weight_bits: float | None  # bits per quantized linear weight, None = dtype
+    # Per-layer kind (FULL / SLIDING / LINEAR); empty means every layer is full attention.
+    layer_types: tuple[str, ...] = field(default=())
+    sliding_window: int | None = None
+    linear: LinearAttention | None = None
+    mtp_layers: int = 0  # multi-token-prediction draft layers the checkpoint ships
+    model_type: str = ""
+
+    def count(self, kind: str) -> int:
+        if not self.layer_types:
+            return self.num_layers if kind == FULL else 0
+        return sum(1 for t in self.layer_types if t == kind)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """More than one layer kind (or sliding windows): vLLM's hybrid KV-cache manager."""
+        return self.count(FULL) != self.num_layers
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that keep a per-token KV cache (full and sliding attention)."""
+        return self.num_layers - self.count(LINEAR)
+
+    def layer_mix(self) -> str:
+        """'12 attention + 36 linear', '10 attention + 52 sliding', '64 attention'."""
+        parts = [f"{self.count(FULL)} attention"]
+        if self.count(SLIDING):
+            parts.append(f"{self.count(SLIDING)} sliding ({self.sliding_window})")
+        if self.count(LINEAR):
+            parts.append(f"{self.count(LINEAR)} linear")
+        return " + ".join(parts)
 
     @property
     def is_mla(self) -> bool:
@@ -82,7 +146,7 @@ class Geometry:
         if self.mla_latent_dim is not None:
             # One compressed latent (K and V share it), replicated on every rank.
             return self.num_layers * self.mla_latent_dim * kv_bytes
-        return 2 * self.num_layers * self.kv_heads_per_rank(tp) * self.head_dim * kv_bytes
+        return 2 * self.kv_layers * self.kv_heads_per_rank(tp) * self.head_dim * kv_bytes
 
     def parameter_counts(self) -> tuple[int, int]:
         """(linear-layer parameters, embedding + head parameters), estimated from shapes."""
@@ -274,6 +338,12 @@ def parse_geometry(config: object) -> Geometry:
         raw_dtype, p + ("torch_dtype" if "torch_dtype" in sec else "dtype"))
 
     method, bits = _quantization(cfg, sec)
+    model_type = str(sec.get("model_type", cfg.get("model_type", "")))
+    layer_types, window = _layer_types(sec, p, layers, model_type)
+    linear = _linear(sec, p) if LINEAR in layer_types else None
+    # vLLM's Qwen MTP drafters default to one layer when the config omits the count.
+    mtp = _int(sec, p, "mtp_num_hidden_layers", "num_nextn_predict_layers",
+               default=1 if model_type in GDN_MODEL_TYPES else 0, minimum=0)
     return Geometry(
         num_layers=layers,
         num_attention_heads=heads,
@@ -293,6 +363,59 @@ def parse_geometry(config: object) -> Geometry:
         shared_expert_intermediate_size=shared,
         quant_method=method,
         weight_bits=bits,
+        layer_types=layer_types if any(t != FULL for t in layer_types) else (),
+        sliding_window=window,
+        linear=linear,
+        mtp_layers=mtp,
+        model_type=model_type,
+    )
+
+
+def _layer_types(sec: dict[str, Any], p: str, layers: int,
+                 model_type: str) -> tuple[tuple[str, ...], int | None]:
+    """Each layer's kind and the sliding window, as vLLM's model classes read them."""
+    raw = sec.get("layer_types")
+    window_raw = sec.get("sliding_window")
+    family = SLIDING_FAMILIES.get(model_type)
+    window: int | None = None
+    if window_raw not in (None, 0, False):
+        window = _int(sec, p, "sliding_window")
+    elif family is not None and family[0] is not None:
+        window = family[0]
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) != layers or any(
+                t not in LAYER_KINDS for t in raw):
+            bad = next((t for t in raw if t not in LAYER_KINDS), None) if isinstance(
+                raw, list) else raw
+            raise PlanError(p + "layer_types",
+                            f"must list one of {', '.join(LAYER_KINDS)} per layer ({layers}), "
+                            f"got {bad!r}" if bad is not None else
+                            f"has {len(raw) if isinstance(raw, list) else '?'} entries for "
+                            f"{layers} layers", "pass the model's real config.json")
+        types = tuple(str(t) for t in raw)
+    elif model_type in GDN_MODEL_TYPES:
+        interval = _int(sec, p, "full_attention_interval", default=4)
+        types = tuple(FULL if (i + 1) % interval == 0 else LINEAR for i in range(layers))
+    elif family is not None and window is not None and sec.get("use_sliding_window") is not False:
+        pattern = _int(sec, p, "sliding_window_pattern", default=family[1])
+        types = tuple(SLIDING if (i + 1) % pattern else FULL for i in range(layers))
+    else:
+        types = tuple(FULL for _ in range(layers))
+    if SLIDING in types and window is None:
+        raise PlanError(p + "sliding_window", "is missing but layer_types has sliding layers",
+                        "pass the model's real config.json")
+    return types, window if SLIDING in types else None
+
+
+def _linear(sec: dict[str, Any], p: str) -> LinearAttention:
+    raw = sec.get("mamba_ssm_dtype")
+    return LinearAttention(
+        conv_kernel=_int(sec, p, "linear_conv_kernel_dim"),
+        num_key_heads=_int(sec, p, "linear_num_key_heads"),
+        key_head_dim=_int(sec, p, "linear_key_head_dim"),
+        num_value_heads=_int(sec, p, "linear_num_value_heads"),
+        value_head_dim=_int(sec, p, "linear_value_head_dim"),
+        ssm_dtype=None if raw is None else canonical_dtype(raw, p + "mamba_ssm_dtype"),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import memory
+from . import kv_manager, memory
 from .errors import HazardError, PlanError
 from .gpus import GIB, Gpu, resolve_gpu
 from .model import DTYPE_BYTES, Geometry, canonical_dtype, load_config, parse_geometry
@@ -34,7 +34,8 @@ OPTIONS = frozenset({
     "block_size", "weights_bytes", "safetensors_index", "kv_cache_memory_bytes", "workload",
     "vllm_version", "hazard_overrides", "allow_fp8_kv_cache", "quantization", "model",
     "served_model_name", "host", "port", "enforce_eager", "enable_prefix_caching",
-    "extra_flags", "refuse_hazards", "engine_package", "driver",
+    "extra_flags", "refuse_hazards", "engine_package", "driver", "speculative_config",
+    "mamba_ssm_cache_dtype", "disable_hybrid_kv_cache_manager",
 })
 WORKLOAD_KEYS = ("prompt_tokens_p50", "prompt_tokens_p95", "output_tokens_p50",
                  "output_tokens_p95", "concurrency")
@@ -47,6 +48,7 @@ OWNED_FLAGS = frozenset({
     "max-num-seqs", "max-num-batched-tokens", "enable-chunked-prefill", "kv-cache-dtype",
     "block-size", "dtype", "kv-cache-memory-bytes", "quantization", "num-gpu-blocks-override",
     "served-model-name", "host", "port", "enforce-eager", "enable-prefix-caching",
+    "speculative-config", "mamba-ssm-cache-dtype", "disable-hybrid-kv-cache-manager",
 })
 
 RECOMMENDED_UTILIZATION = 0.88
@@ -291,6 +293,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     if block not in engine.block_sizes:
         raise PlanError("block_size", f"vLLM {engine.label} accepts block sizes "
                         f"{engine.block_sizes}, not {block}", "use 16")
+    opts_block = block  # the flag; hybrids enlarge the block the engine actually uses
 
     workload = _workload(opts.get("workload"))
     overrides = _overrides(opts.get("hazard_overrides"))
@@ -302,6 +305,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     weights_per_gpu = math.ceil(weights / tp)
     kv_per_token = geo.kv_bytes_per_token(tp, kv_bytes)
     block_bytes = kv_per_token * block
+    cache = _cache_options(opts, geo, engine, kv_bytes, dtype, block)
 
     # Chunked prefill.
     chunk_set = opts.get("enable_chunked_prefill")
@@ -329,6 +333,14 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
 
     seq_len = workload.p95_tokens if workload else max_model_len
     blocks_per_seq = -(-seq_len // block)
+    # Hybrid geometries (sliding windows, linear attention, MTP drafts): vLLM's hybrid
+    # KV-cache manager decides the block, the pool's unit and each request's blocks.
+    kv_layout: kv_manager.KVLayout | None = None
+    if _uses_kv_manager(geo, engine, cache):
+        kv_layout = kv_manager.layout(geo, tp, cache, engine.version)
+        block = kv_layout.block_size
+        block_bytes = kv_layout.bytes_per_block
+        blocks_per_seq = kv_layout.blocks_per_request(seq_len)
 
     # max_num_seqs and max_num_batched_tokens, then the pool they leave.
     seqs_set = opts.get("max_num_seqs") is not None
@@ -346,6 +358,12 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
                             "enable chunked prefill or raise max_num_batched_tokens")
     else:
         batched = CHUNK_TOKENS if chunked else max(max_model_len, 2048)
+    if kv_layout is not None and kv_layout.sliding_window and batched != \
+            cache.max_num_batched_tokens:
+        # The sliding-window reservation counts the in-flight batched tokens.
+        cache = _replace_batched(cache, batched)
+        kv_layout = kv_manager.layout(geo, tp, cache, engine.version)
+        blocks_per_seq = kv_layout.blocks_per_request(seq_len)
 
     kv_mem_set = opts.get("kv_cache_memory_bytes") is not None
     if kv_mem_set and not engine.supports("kv-cache-memory-bytes"):
@@ -377,13 +395,31 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     res, pool = sized(seqs)
     if not mbt_set and batched < seqs:
         batched = seqs
+        if kv_layout is not None and kv_layout.sliding_window:
+            cache = _replace_batched(cache, batched)
+            kv_layout = kv_manager.layout(geo, tp, cache, engine.version)
+            blocks_per_seq = kv_layout.blocks_per_request(seq_len)
     if mbt_set and batched < seqs:
         raise PlanError("max_num_batched_tokens", f"{batched} is below max_num_seqs {seqs}",
                         "vLLM needs max_num_batched_tokens >= max_num_seqs")
 
     num_blocks = pool // block_bytes
     pool_tokens = num_blocks * block
-    if not mml_set and workload is None and model_positions is not None and pool_tokens > 0:
+    if kv_layout is not None:
+        # The token count vLLM 0.21+ logs: concurrency at max_model_len x max_model_len.
+        # vLLM holds one block back (the null block) when it checks that a request fits.
+        longest = kv_layout.longest_request(num_blocks - 1, max_model_len)
+        pool_tokens = int(kv_layout.concurrency(num_blocks, max_model_len) * max_model_len) \
+            if longest >= max_model_len else longest
+        if not mml_set and workload is None and model_positions is not None and longest > 0:
+            max_model_len = max(block, longest)
+            blocks_per_seq = kv_layout.blocks_per_request(max_model_len)
+            seq_len = max_model_len
+            pool_tokens = int(kv_layout.concurrency(num_blocks, max_model_len) * max_model_len)
+            if not seqs_set:
+                seqs = max(1, min(MAX_NUM_SEQS_CAP,
+                                  int(POOL_SLACK * num_blocks) // blocks_per_seq))
+    elif not mml_set and workload is None and model_positions is not None and pool_tokens > 0:
         # No workload: serve the longest context the pool can hold, block-aligned.
         max_model_len = max(block, min(max_model_len, pool_tokens))
         blocks_per_seq = -(-max_model_len // block)
@@ -391,6 +427,8 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         if not seqs_set:
             seqs = max(1, min(MAX_NUM_SEQS_CAP, int(POOL_SLACK * num_blocks) // blocks_per_seq))
     max_concurrency = num_blocks // blocks_per_seq
+    blocks_at_max_len = (kv_layout.blocks_per_request(max_model_len) if kv_layout is not None
+                         else -(-max_model_len // block))
     outside = memory.outside_budget_bytes(engine, seqs, enforce_eager)
 
     flags: dict[str, Any] = {"tensor_parallel_size": tp}
@@ -404,7 +442,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         "max_num_batched_tokens": batched,
         "enable_chunked_prefill": chunked,
         "kv_cache_dtype": kv_flag,
-        "block_size": block,
+        "block_size": opts_block,
     })
     if opts.get("dtype") not in (None, "auto") or geo.dtype == "float32":
         flags["dtype"] = dtype
@@ -415,6 +453,7 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     if opts.get("enable_prefix_caching") is not None:
         flags["enable_prefix_caching"] = _bool(opts["enable_prefix_caching"],
                                                "enable_prefix_caching")
+    flags.update(_cache_flags(opts, cache))
 
     decided = {
         "gpu_memory_utilization": not util_set, "max_model_len": not mml_set,
@@ -445,6 +484,10 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
                      f"p95-length sequences one replica holds: the excess queues (the plateau); "
                      "add replicas" + ("" if kv_flag.startswith("fp8") else " or an fp8 KV cache"))
 
+    if kv_layout is not None and kv_layout.block_size != opts_block:
+        notes.append(f"vLLM enlarges the attention block from {opts_block} to "
+                     f"{kv_layout.block_size} tokens so one attention page holds one "
+                     f"linear-attention state ({kv_layout.state_page_bytes:,} bytes per layer)")
     model_arg = str(opts.get("model") or cfg.get("_name_or_path") or "model")
     plan: dict[str, Any] = {
         "model": model_arg,
@@ -466,6 +509,10 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
         "kv_pool_bytes_per_gpu": pool,
         "block_size": block,
         "num_gpu_blocks": num_blocks,
+        "max_concurrency_at_max_model_len": round(num_blocks / blocks_at_max_len, 4),
+        "concurrency_at_p95": round(num_blocks / blocks_per_seq, 4),
+        "layer_mix": geo.layer_mix(),
+        "kv_cache_manager": _layout_summary(kv_layout),
         "kv_pool_tokens": pool_tokens,
         "max_model_len": max_model_len,
         "max_concurrency": max_concurrency,
@@ -604,3 +651,77 @@ def _argv(engine: EngineTraits, model: str, flags: Mapping[str, Any],
         else:
             argv += [f"--{name}", str(value)]
     return argv
+
+
+def _cache_options(opts: Mapping[str, Any], geo: Geometry, engine: EngineTraits, kv_bytes: int,
+                   dtype: str, block: int) -> kv_manager.CacheOptions:
+    """The KV-cache manager's flags, validated (each error names its option)."""
+    method, spec_tokens = kv_manager.speculative(opts.get("speculative_config"), geo)
+    ssm = kv_manager.mamba_ssm_dtype(opts.get("mamba_ssm_cache_dtype"))
+    disable = _bool(opts.get("disable_hybrid_kv_cache_manager", False),
+                    "disable_hybrid_kv_cache_manager")
+    prefix = opts.get("enable_prefix_caching")
+    for name, value in (("speculative_config", method), ("mamba_ssm_cache_dtype",
+                        None if ssm == "auto" else ssm),
+                        ("disable_hybrid_kv_cache_manager", disable or None)):
+        flag = name.replace("_", "-")
+        if value is not None and not engine.supports(flag):
+            raise PlanError(name, f"vLLM {engine.label} has no --{flag}",
+                            "remove it, or plan for a release that has it")
+    return kv_manager.CacheOptions(
+        kv_bytes=kv_bytes, model_dtype=dtype, block_size=block,
+        enable_prefix_caching=None if prefix is None else _bool(prefix, "enable_prefix_caching"),
+        spec_method=method, num_speculative_tokens=spec_tokens, mamba_ssm_cache_dtype=ssm,
+        disable_hybrid_kv_cache_manager=disable,
+        max_num_batched_tokens=_positive_int(opts.get("max_num_batched_tokens") or CHUNK_TOKENS,
+                                             "max_num_batched_tokens",
+                                             f"use {CHUNK_TOKENS} with chunked prefill"),
+    )
+
+
+def _replace_batched(cache: kv_manager.CacheOptions, batched: int) -> kv_manager.CacheOptions:
+    from dataclasses import replace
+    return replace(cache, max_num_batched_tokens=batched)
+
+
+def _uses_kv_manager(geo: Geometry, engine: EngineTraits, cache: kv_manager.CacheOptions) -> bool:
+    """Whether vLLM's hybrid manager changes the numbers (never for full attention)."""
+    if engine.engine != "V1":
+        if geo.count("linear_attention"):
+            raise PlanError("vllm_version", f"vLLM {engine.label} (V0 engine) cannot serve "
+                            "linear-attention hybrids", "plan for vLLM 0.11 or newer")
+        return False
+    if cache.spec_method in kv_manager.MTP_METHODS or cache.num_speculative_tokens:
+        return True
+    if geo.count("linear_attention"):
+        return True  # state-space hybrids always (kv_manager refuses them without HMA)
+    return geo.is_hybrid and not cache.disable_hybrid_kv_cache_manager
+
+
+def _cache_flags(opts: Mapping[str, Any], cache: kv_manager.CacheOptions) -> dict[str, Any]:
+    flags: dict[str, Any] = {}
+    if cache.spec_method is not None:
+        flags["speculative_config"] = json.dumps(
+            {"method": cache.spec_method,
+             "num_speculative_tokens": cache.num_speculative_tokens}, separators=(",", ":"))
+    if opts.get("mamba_ssm_cache_dtype") is not None:
+        flags["mamba_ssm_cache_dtype"] = cache.mamba_ssm_cache_dtype
+    if cache.disable_hybrid_kv_cache_manager:
+        flags["disable_hybrid_kv_cache_manager"] = True
+    return flags
+
+
+def _layout_summary(kv_layout: kv_manager.KVLayout | None) -> dict[str, Any] | None:
+    if kv_layout is None:
+        return None
+    return {
+        "groups": kv_layout.describe(),
+        "group_size": kv_layout.group_size,
+        "page_bytes": kv_layout.page_bytes,
+        "state_page_bytes": kv_layout.state_page_bytes,
+        "state_blocks_per_request": kv_layout.state_blocks_per_request,
+        "mamba_cache_mode": kv_layout.mamba_cache_mode,
+        "prefix_caching": kv_layout.prefix_caching,
+        "sliding_window": kv_layout.sliding_window,
+        "hybrid_manager": kv_layout.hybrid_manager,
+    }

@@ -52,6 +52,19 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
         ("max concurrency", f"{plan['max_concurrency']:,} sequences of "
                             f"{plan['concurrency_seq_len']:,} tokens"),
     ]
+    manager = plan.get("kv_cache_manager")
+    if manager:  # hybrid geometries only: full-attention tables stay as they were
+        mode = manager["mamba_cache_mode"]
+        rows[4:4] = [("layers", str(plan["layer_mix"]))]
+        rows += [
+            ("kv cache groups", f"{' + '.join(manager['groups'])}, {manager['group_size']} "
+                                f"layers each"
+                                + (f", state {mode} mode, {manager['state_blocks_per_request']}"
+                                   " blocks/request" if mode != "-" else "")),
+            ("concurrency at max len", f"{plan['max_concurrency_at_max_model_len']:.2f} "
+                                       f"(vLLM's 'Maximum concurrency for "
+                                       f"{plan['max_model_len']:,} tokens per request')"),
+        ]
     decided = set(plan.get("decided", ()))
     for name, value in plan["flags"].items():
         mark = " (planned)" if name in decided else ""

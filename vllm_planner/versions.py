@@ -99,6 +99,11 @@ FLAGS: dict[str, FlagSpec] = {
         since=(0, 32, 0), takes_value=False,
         note="verified from 0.32.0; older releases: limit-mm-per-prompt with every modality 0"),
     "long-prefill-token-threshold": FlagSpec(since=(0, 7, 3)),
+    # KV-cache manager flags (issue 21). Present in 0.11.0, the oldest wheel read for them;
+    # the GDN state honours mamba-ssm-cache-dtype from 0.17.0 (kv_manager.py).
+    "speculative-config": FlagSpec(since=(0, 11, 0)),
+    "mamba-ssm-cache-dtype": FlagSpec(since=(0, 11, 0)),
+    "disable-hybrid-kv-cache-manager": FlagSpec(since=(0, 11, 0), takes_value=False),
 }
 
 # kv-cache-dtype values and the first release that accepts each.
