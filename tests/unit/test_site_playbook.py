@@ -128,6 +128,9 @@ def test_engine_install_runs_in_the_background_from_after_the_driver_to_the_unit
     joined = index_of(tasks, "vllm_server : Wait for the background install")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
     assert driver < pip < cuda < model < joined < unit
+    # The engine's torch is checked against the driver after the join, before any unit.
+    cuda_check = index_of(tasks, "vllm_server : Stop before the units if the engine's torch")
+    assert joined < cuda_check < unit
 
 
 def test_later_stages_packages_install_during_pip_and_configure_after_the_engine(

