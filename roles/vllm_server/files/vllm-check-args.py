@@ -15,7 +15,9 @@ For each replica, as the engine itself does at start, and no further:
    CLI's serve subcommand; `-m ...api_server`: make_arg_parser on a bare parser), parses the
    arguments: unknown flags, bad values and invalid choices fail here with argparse's message;
 2. validate_parsed_serve_args (e.g. --enable-auto-tool-choice without --tool-call-parser);
-3. AsyncEngineArgs.from_cli_args builds the engine arguments (their __post_init__ checks);
+3. AsyncEngineArgs.from_cli_args builds the engine arguments (their __post_init__ checks; it
+   loads vLLM's general plugins and, offline as the engine runs, resolves the model to a
+   path: a model missing on the host is refused here too);
 4. --tool-call-parser / --reasoning-parser must name a parser in vLLM's registries (after
    importing a --tool-parser-plugin / --reasoning-parser-plugin file, as the server does);
    then the server's own validate_api_server_args.
@@ -121,7 +123,18 @@ class Checker:
             raise Refused(f"the arguments make the parser exit ({exit_.code}): "
                           f"{' '.join(arguments)}") from None
         self._run(self.validate_serve, args)
-        engine_args = self._run(AsyncEngineArgs.from_cli_args, args)
+        model = str(getattr(args, "model", "") or "")
+        if model.startswith(("/", "./", "../")) and not os.path.exists(model):
+            raise Refused(f"model {model}: no such path on this host (the engine loads it "
+                          "from there)")
+        try:
+            engine_args = self._run(AsyncEngineArgs.from_cli_args, args)
+        except Refused as error:
+            if "LocalEntryNotFoundError" in str(error):  # an id neither local nor cached
+                raise Refused(f"model {model}: not on this host and not in its Hugging Face "
+                              f"cache; the engine runs offline (HF_HUB_OFFLINE=1): {error}"
+                              ) from None
+            raise
         self._parsers(args, engine_args)
 
     @staticmethod
