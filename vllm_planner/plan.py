@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -207,16 +208,28 @@ def _kv_dtype(opts: Mapping[str, Any], gpu: Gpu, engine: EngineTraits,
     return value, DTYPE_BYTES[dtype if value == "auto" else value]
 
 
+_FLAG_NAME = re.compile(r"[A-Za-z0-9]+(?:[-.][A-Za-z0-9]+)*")  # dotted: --compilation-config.mode
+
+
 def _extra_flags(value: object, engine: EngineTraits) -> dict[str, Any]:
+    """extra_flags: engine flags the planner does not decide, passed to the argv as given.
+
+    Refused here: the flags the planner owns, the API key (a secret) and flags the table
+    (versions.FLAGS) knows the planned release lacks. Every other flag passes; the
+    installed engine's own parser judges the whole argv on the host (vllm_server).
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise PlanError("extra_flags", "must be a mapping of engine flag to value",
-                        "e.g. {trust-remote-code: true}")
+                        "e.g. {enable-auto-tool-choice: true, tool-call-parser: hermes}")
     out: dict[str, Any] = {}
     for raw, flag_value in value.items():
         name = str(raw).lstrip("-").replace("_", "-")
         field = f"extra_flags.{raw}"
+        if not _FLAG_NAME.fullmatch(name):
+            raise PlanError(field, "is not an engine flag name",
+                            "write the flag without its value, e.g. tool-call-parser")
         if name == "api-key":
             raise PlanError(field, "would put a secret on the command line",
                             "set VLLM_API_KEY in the engine's environment file instead")
@@ -224,13 +237,28 @@ def _extra_flags(value: object, engine: EngineTraits) -> dict[str, Any]:
             raise PlanError(field, "is decided by the planner",
                             f"set the kv_plan option {name.replace('-', '_')} instead")
         spec = FLAGS.get(name)
-        if spec is None or not spec.supported(engine.version):
-            why = f" ({spec.note})" if spec and spec.note else ""
-            raise PlanError(field, f"vLLM {engine.label} ({engine.engine} engine) has no "
-                            f"--{name}{why}",
-                            "remove it, or pin a vLLM release that has it")
-        out[name] = flag_value
+        refusal = spec.refusal(name, engine.version) if spec else None
+        if refusal:
+            raise PlanError(field, refusal,
+                            "remove it, or plan for a vLLM release that has it")
+        out[name] = _flag_value(flag_value, field)
     return out
+
+
+def _flag_value(value: object, field: str) -> Any:
+    """One extra flag's value: true (bare flag), false (omitted), a scalar, a list of
+    scalars (one flag, several values: nargs="+") or a mapping (one JSON value)."""
+    scalar = (str, int, float)
+    if isinstance(value, bool) or isinstance(value, scalar) and value != "":
+        return value
+    if isinstance(value, list | tuple) and value and all(
+            isinstance(v, scalar) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True)
+    raise PlanError(field, f"has no usable value ({value!r})",
+                    "give true for a bare flag, false to leave it out, a value, a list of "
+                    "values or a mapping (sent as JSON)")
 
 
 def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
@@ -642,12 +670,14 @@ def _argv(engine: EngineTraits, model: str, flags: Mapping[str, Any],
             if engine.version >= CHUNK_FLAG_NEGATABLE_SINCE:
                 argv.append("--no-enable-chunked-prefill")
             continue
-        if not engine.supports(name):  # defensive: the table decides, never the caller
+        if not engine.supports(name):  # defensive: a flag the table knows this release lacks
             raise PlanError(name, f"vLLM {engine.label} has no --{name}", "remove it")
-        if value is True or (value is None and not FLAGS[name].takes_value):
+        if value is True:
             argv.append(f"--{name}")
-        elif value is False:
+        elif value is False or value is None:
             continue
+        elif isinstance(value, list):
+            argv += [f"--{name}", *value]
         else:
             argv += [f"--{name}", str(value)]
     return argv

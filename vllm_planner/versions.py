@@ -49,7 +49,15 @@ def parse_version(value: object, field: str = "vllm_version") -> Version:
 
 @dataclass(frozen=True)
 class FlagSpec:
-    """An engine flag and the releases that accept it: [since, until)."""
+    """An engine flag whose history the planner knows: accepted in [since, until).
+
+    The table is not a whitelist. A flag it does not list passes through to the argv
+    unchanged; the installed engine's own parser judges it on the host before anything
+    changes (roles/vllm_server, bin/vllm-check-args). The table refuses only what is
+    known: a flag planned for a release older than the one that added it, or for a
+    release from the one that removed it (or made it meaningless) on; `note` says why
+    and what replaces it, and ends up in the refusal.
+    """
 
     since: Version = (0, 0, 0)
     until: Version | None = None
@@ -59,10 +67,25 @@ class FlagSpec:
     def supported(self, version: Version) -> bool:
         return version >= self.since and (self.until is None or version < self.until)
 
+    def refusal(self, name: str, version: Version) -> str | None:
+        """Why `version` cannot take --name, or None where it can."""
+        label = ".".join(map(str, version))
+        why = f" ({self.note})" if self.note else ""
+        if version < self.since:
+            return (f"vLLM {label} has no --{name}: it arrived in "
+                    f"{'.'.join(map(str, self.since))}{why}")
+        if self.until is not None and version >= self.until:
+            return f"vLLM {label} has no --{name}: removed in {'.'.join(map(str, self.until))}{why}"
+        return None
+
 
 V1_DEFAULT = (0, 8, 0)  # V1 engine is the default from 0.8.0; V0 code was removed in 0.11.0.
 V0_REMOVED = (0, 11, 0)
 
+# Flags the planner writes itself or knows the history of. Sources: vLLM's release notes
+# (v0.11.0: "completes the removal of V0 engine"), vllm#21739 (--enable-log-requests
+# replaces --disable-log-requests, 0.10.2), vllm#29402 (--disable-log-requests removed,
+# 0.12.0), vllm#36216 (--swap-space removed, 0.18.0; unused by V1 since V0 went).
 FLAGS: dict[str, FlagSpec] = {
     "model": FlagSpec(),
     "served-model-name": FlagSpec(),
@@ -80,21 +103,26 @@ FLAGS: dict[str, FlagSpec] = {
     "dtype": FlagSpec(),
     "quantization": FlagSpec(),
     "enforce-eager": FlagSpec(takes_value=False),
-    "trust-remote-code": FlagSpec(takes_value=False),
     "enable-prefix-caching": FlagSpec(takes_value=False),
-    "load-format": FlagSpec(),
-    "download-dir": FlagSpec(),
-    "seed": FlagSpec(),
     "num-gpu-blocks-override": FlagSpec(),
-    "disable-log-requests": FlagSpec(until=(0, 11, 0), takes_value=False),
-    "enable-log-requests": FlagSpec(since=(0, 10, 2), takes_value=False),
+    "disable-log-requests": FlagSpec(
+        until=(0, 12, 0), takes_value=False,
+        note="request logging is off by default since 0.10.2; --enable-log-requests turns "
+             "it on"),
+    "enable-log-requests": FlagSpec(since=(0, 10, 2), takes_value=False,
+                                    note="older releases log requests by default"),
     # The V0 engine's preemption knobs: V1 always recomputes and has no CPU swap space.
-    "preemption-mode": FlagSpec(until=V0_REMOVED, note="V0 engine only"),
-    "swap-space": FlagSpec(until=V0_REMOVED, note="V0 engine only"),
+    "preemption-mode": FlagSpec(
+        until=V0_REMOVED,
+        note="with the V0 engine; V1 always preempts by recompute: size max_num_seqs "
+             "with the planner instead"),
+    "swap-space": FlagSpec(
+        until=V0_REMOVED,
+        note="with the V0 engine, whose CPU swap it sized; V1 never swaps and the flag "
+             "itself went in 0.18.0: size max_num_seqs with the planner instead"),
     "kv-cache-memory-bytes": FlagSpec(since=(0, 11, 0)),
     "max-num-partial-prefills": FlagSpec(since=(0, 7, 3)),
     # Multimodal checkpoints (a nested text_config) served as text-only language models.
-    "limit-mm-per-prompt": FlagSpec(),
     "language-model-only": FlagSpec(
         since=(0, 32, 0), takes_value=False,
         note="verified from 0.32.0; older releases: limit-mm-per-prompt with every modality 0"),
@@ -140,8 +168,9 @@ class EngineTraits:
         return ".".join(map(str, self.version))
 
     def supports(self, flag: str) -> bool:
+        """False only for a flag the table knows this release lacks; unknown flags pass."""
         spec = FLAGS.get(flag)
-        return spec is not None and spec.supported(self.version)
+        return spec is None or spec.supported(self.version)
 
 
 MIB = 1 << 20

@@ -281,9 +281,68 @@ def test_an_override_without_a_reason_is_refused() -> None:
 
 def test_the_notes_template_is_refused_on_current_vllm() -> None:
     """The notes' 2xH200 launch template, replayed against the pinned vLLM."""
-    with pytest.raises(PlanError, match=r"extra_flags\.preemption-mode.*V0 engine only"):
+    with pytest.raises(PlanError, match=r"extra_flags\.preemption-mode: vLLM 0\.32\.0 has no "
+                       r"--preemption-mode: removed in 0\.11\.0 \(with the V0 engine"):
         kv_plan(QWEN25_72B, gpu="H200", tensor_parallel_size=2,
                 extra_flags={"preemption-mode": "swap", "swap-space": 16})
+
+
+# --- Extra flags: the planner refuses what it knows; the engine judges the rest on the host --
+
+QWEN_TOOLS = {"enable-auto-tool-choice": True, "tool-call-parser": "hermes",
+              "reasoning-parser": "qwen3", "enable-lora": True, "shutdown-timeout": 30}
+
+
+def test_flags_the_table_never_heard_of_reach_the_argv() -> None:
+    """Tool calling, thinking, LoRA, shutdown: flags vLLM 0.32 has that the old hand-kept
+    table refused ("vLLM 0.32.0 has no --enable-auto-tool-choice")."""
+    argv = plan(vllm_version="0.32.0", extra_flags=QWEN_TOOLS)["argv"]
+    tail = argv[argv.index("--enable-auto-tool-choice"):]
+    assert tail == ["--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                    "--reasoning-parser", "qwen3", "--enable-lora", "--shutdown-timeout", "30"]
+
+
+def test_extra_flag_values_map_to_the_argv() -> None:
+    argv = plan(extra_flags={"enable_lora": False, "--max-loras": 4, "lora-modules":
+                             ["sql=/srv/lora/sql", "chat=/srv/lora/chat"],
+                             "limit-mm-per-prompt": {"image": 0, "audio": 0},
+                             "no-enable-log-requests": True})["argv"]
+    assert "--enable-lora" not in argv  # false: left out, the engine's default applies
+    tail = argv[argv.index("--max-loras"):]
+    assert tail == ["--max-loras", "4", "--lora-modules", "sql=/srv/lora/sql",
+                    "chat=/srv/lora/chat", "--limit-mm-per-prompt", '{"audio": 0, "image": 0}',
+                    "--no-enable-log-requests"]
+
+
+@pytest.mark.parametrize("value", [None, "", [], [True], [["a"]]])
+def test_extra_flag_without_a_usable_value_is_refused(value: object) -> None:
+    with pytest.raises(PlanError, match=r"extra_flags\.seed: has no usable value"):
+        plan(extra_flags={"seed": value})
+
+
+@pytest.mark.parametrize("name", ["tool-call-parser hermes", "", "--", "a=b"])
+def test_extra_flag_name_must_be_a_flag(name: str) -> None:
+    with pytest.raises(PlanError, match="is not an engine flag name"):
+        plan(extra_flags={name: True})
+
+
+@pytest.mark.parametrize(("flag", "version", "message"), [
+    ("preemption-mode", "0.32.0", r"removed in 0\.11\.0 \(with the V0 engine"),
+    ("swap-space", "0.11.0", r"removed in 0\.11\.0 .*went in 0\.18\.0"),
+    ("disable-log-requests", "0.12.0", r"removed in 0\.12\.0 .*--enable-log-requests"),
+    ("enable-log-requests", "0.10.1", r"arrived in 0\.10\.2"),
+    ("kv-cache-memory-bytes", "0.10.1", r"decided by the planner"),
+])
+def test_flags_known_to_be_gone_or_not_yet_there_are_refused(flag: str, version: str,
+                                                              message: str) -> None:
+    with pytest.raises(PlanError, match=rf"extra_flags\.{flag}: .*{message}"):
+        plan(vllm_version=version, extra_flags={flag: "x"})
+
+
+def test_known_flags_pass_where_their_release_has_them() -> None:
+    assert "--disable-log-requests" in plan(vllm_version="0.11.0",
+                                            extra_flags={"disable-log-requests": True})["argv"]
+    assert "--swap-space" in plan(vllm_version="0.10.2", extra_flags={"swap-space": 4})["argv"]
 
 
 # --- Versions -------------------------------------------------------------------------------

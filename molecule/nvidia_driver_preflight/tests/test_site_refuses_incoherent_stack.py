@@ -21,7 +21,8 @@ CONTAINER = "nvidia_driver_preflight-debian12"  # the platform of molecule.yml
 def snapshot(host: Any) -> str:
     return str(host.check_output(
         "dpkg-query -W -f='${Package} ${Version}\\n'; "
-        "ls -a /srv /etc/apt/sources.list.d /etc/modprobe.d /etc/systemd/system"))
+        "find /srv /etc/apt/sources.list.d /etc/modprobe.d /etc/systemd/system -maxdepth 1 "
+        "2>/dev/null | sort; true"))
 
 
 def site_run(tmp_path: Path, host_name: str) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -119,6 +120,72 @@ def test_chat_completions(host: Host) -> None:
     answer = json.loads(text)
     assert answer["choices"][0]["message"]["role"] == "assistant"
     assert answer["usage"]["completion_tokens"] == 6
+
+
+def test_chat_completions_with_tools(host: Host) -> None:
+    """The scenario plans Qwen's tool calling (enable-auto-tool-choice, tool-call-parser
+    hermes): flags the planner's old table refused; vLLM 0.32 serves them."""
+    script = [word for word in host.file(f"/srv/vllm/bin/{UNIT}.sh").content_string.split()
+              if word != "\\"]  # the line continuations
+    assert "--enable-auto-tool-choice" in script
+    assert script[script.index("--tool-call-parser") + 1] == "hermes"
+    tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}
+    body = {"model": MODEL, "max_tokens": 6, "tools": [tool], "tool_choice": "auto",
+            "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+    status, text = http(host, "/v1/chat/completions", body)
+    assert status == 200, text
+    assert json.loads(text)["choices"][0]["message"]["role"] == "assistant"
+
+
+CHECK = "/srv/vllm/bin/vllm-check-args"
+REPLICA_FILES = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+                 "/srv/vllm/bin/vllm-0.sh"]
+
+
+def test_installed_engine_judges_all_replicas_in_one_process(host: Host) -> None:
+    """bin/vllm-check-args: vLLM's own parser names the unknown flag of one replica and
+    passes the other, in one Python start (each imports vLLM and torch)."""
+    launch = [w for w in host.file(f"/srv/vllm/bin/{UNIT}.sh").content_string.split()
+              if w != "\\"]
+    command = launch[launch.index("exec") + 1:]
+    replicas = [{"name": "good", "command": command},
+                {"name": "bad", "command": [*command, "--no-such-flag"]}]
+    write(host, "/root/check-args.json", json.dumps(replicas))
+    started = time.monotonic()
+    run = host.run(f"{VENV_PY} {CHECK} < /root/check-args.json")
+    print(f"vllm-check-args, 2 replicas: {time.monotonic() - started:.1f} s")
+    assert run.rc == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert "replica good: vLLM 0.32.0 accepts its arguments" in lines, run.stdout
+    assert ("replica bad: vLLM 0.32.0 refuses its arguments: unrecognized arguments: "
+            "--no-such-flag") in lines, run.stdout
+
+
+def test_flag_the_engine_refuses_stops_the_deploy_before_any_file(host: Host,
+                                                                  tmp_path: Path) -> None:
+    """A tool parser this vLLM lacks: the planner passes it (it cannot know every parser),
+    the installed engine refuses it before configure, naming the flag; the replica's files
+    and its running engine stay as they were."""
+    scenario = yaml.safe_load((Path(__file__).parents[1] / "vars/scenario.yml").read_text())
+    options = scenario["vllm_plan_options"]
+    options["extra_flags"] = {**options["extra_flags"], "tool-call-parser": "no-such-parser"}
+    extra = tmp_path / "bad-flag.json"
+    extra.write_text(json.dumps({"vllm_plan_options": options}))
+    before = host.run("sha256sum " + " ".join(REPLICA_FILES)).stdout
+    vllm_0 = invocation(host, UNIT)
+    run = playbook_run("converge.yml", "-e", f"@{extra}")
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert run.returncode != 0 and tasks[-1] == (
+        "vllm_server : Stop where the installed vLLM refuses a replica's arguments"), \
+        run.stdout[-3000:]
+    failure = run.stdout + run.stderr  # ansible-core 2.19 writes the task's error to stderr
+    assert ("replica vllm-0: vLLM 0.32.0 refuses its arguments: argument --tool-call-parser: "
+            "invalid choice: 'no-such-parser'") in failure, failure
+    assert host.run("sha256sum " + " ".join(REPLICA_FILES)).stdout == before
+    assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a refused flag"
 
 
 def test_metrics_and_kv_cache_matches_plan(host: Host) -> None:
