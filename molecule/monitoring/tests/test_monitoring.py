@@ -56,8 +56,9 @@ def test_collector_runs_unprivileged_and_sandboxed(host: Any) -> None:
     assert result.rc == 0, result.stderr
     assert host.run(f"systemctl show -p Result --value {unit}").stdout.strip() == "success"
     out = host.run(f"systemd-analyze security --no-pager {unit}").stdout
-    exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out).group(1))
-    assert exposure <= 3.0, out
+    level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
+    assert level, out
+    assert float(level.group(1)) <= 3.0, out
 
 
 def test_prometheus_scrapes_gpu_memory_and_loaded_the_rules(host: Any) -> None:
