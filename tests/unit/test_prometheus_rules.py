@@ -153,3 +153,28 @@ def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_gateway(
     assert jobs["gateway"]["metrics_path"] == "/health"
     gateways = {t for sc in jobs["gateway"]["static_configs"] for t in sc["targets"]}
     assert gateways == {f"{h}.gpu.example.internal:8080" for h in ("h200-a", "h200-b", "h100-a")}
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"prometheus_server_alertmanager_routes": {"critical": "pager"}}, "['pager']"),
+    ({"prometheus_server_alertmanager_receivers": {"page": {"webhook_url": "http://x"},
+                                                   "ticket": {}}}, "['webhook_url']"),
+    ({"prometheus_server_alertmanager_receivers": {"page": {}, "ticket": {"email_to": ["a@b"]}}},
+     "email receivers ['ticket'] need"),
+])
+def test_alertmanager_input_is_refused_before_anything_changes(
+        tmp_path: Path, extra: dict[str, object], named: str) -> None:
+    """The preflight names the receiver problem; only assert tasks run (--tags preflight)."""
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+                    "  roles: [prometheus_server]\n")
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(ROOT / "inventories" / "example"), str(play),
+         "--tags", "preflight", "-e", f"@{tmp_path / 'extra.json'}"],
+        cwd=ROOT, env=ansible_env(ANSIBLE_ROLES_PATH=str(ROOT / "roles")),
+        capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, out
+    assert "Check Alertmanager's receivers and routes" in out
+    assert named in out
