@@ -84,12 +84,18 @@ def test_engine_down_fires_when_no_engine_answers(host: Any) -> None:
     raise AssertionError(f"VllmEngineDown never fired: {alerts}")
 
 
-def _received(host: Any, alertname: str, path: str, wait: float = 120) -> list[dict[str, Any]]:
-    """Alerts named ALERTNAME the webhook receiver got on PATH (firing), polled until WAIT."""
+def _posts(host: Any) -> list[dict[str, Any]]:
+    text = host.run("cat /var/lib/webhook-received.jsonl 2>/dev/null").stdout
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _received(host: Any, alertname: str, path: str, wait: float = 120,
+              after: int = 0) -> list[dict[str, Any]]:
+    """Alerts named ALERTNAME (firing) the webhook receiver got on PATH in its posts after the
+    first AFTER, polled until WAIT."""
     deadline = time.monotonic() + wait
     while True:
-        text = host.run("cat /var/lib/webhook-received.jsonl 2>/dev/null").stdout
-        posts = [json.loads(line) for line in text.splitlines() if line.strip()]
+        posts = _posts(host)[after:]
         alerts = [a for p in posts if p["path"] == path for a in p["body"]["alerts"]
                   if a["labels"]["alertname"] == alertname and a["status"] == "firing"]
         if alerts or time.monotonic() > deadline:
@@ -116,9 +122,12 @@ def test_critical_alerts_page_through_alertmanager(host: Any) -> None:
 
 
 def test_a_stopped_exporter_raises_a_ticket(host: Any) -> None:
+    # Node exporter answers now: no NodeExporterDown is firing before the stop.
+    assert _query(host, 'up{job="node"} == 1')
+    before = len(_posts(host))
     host.run("systemctl stop prometheus-node-exporter")
     try:
-        alerts = _received(host, "NodeExporterDown", "/ticket")
+        alerts = _received(host, "NodeExporterDown", "/ticket", after=before)
     finally:
         host.run("systemctl start prometheus-node-exporter")
     assert alerts, "NodeExporterDown never reached the webhook receiver's /ticket"
