@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a Debian 12 machine (run as root) for this project's tests:
 #   - apt packages: podman + runc (container test hosts), mmdebstrap (image builds),
-#     prometheus (promtool), python3-venv;
+#     prometheus (promtool), prometheus-alertmanager (amtool), python3-venv;
 #   - /etc/containers/containers.conf: [engine] runtime = "runc" (crun fails on
 #     cgroups v1 "hybrid" hosts), merged into an existing file;
 #   - .venv with the pinned tooling from requirements-dev.txt.
@@ -24,7 +24,7 @@ readonly CONTAINERS_CONF="/etc/containers/containers.conf"
 readonly APT_PACKAGES=(
   podman runc netavark aardvark-dns conmon iptables
   mmdebstrap debian-archive-keyring
-  prometheus
+  prometheus prometheus-alertmanager  # promtool, amtool: the rule and Alertmanager tests
   python3 python3-venv
   git  # model_artifacts tests build the fixture Hugging Face repository with git
   openssh-client  # ssh and ssh-keygen: Ansible reaches the local demo target over SSH

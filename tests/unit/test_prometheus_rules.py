@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,17 +17,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = ROOT / "tests" / "promtool"
 BIN = Path(sys.executable).parent
 PROMTOOL = shutil.which("promtool")
+AMTOOL = shutil.which("amtool")
 
 pytestmark = pytest.mark.skipif(PROMTOOL is None and os.environ.get("CI") != "true",
                                 reason="promtool is installed by scripts/setup.sh")
 
 
-def render(tmp: Path, version: str, inventory: Path) -> Path:
+def render(tmp: Path, version: str, inventory: Path,
+           extra: dict[str, object] | None = None) -> Path:
     env = ansible_env()
+    (tmp / "extra.json").write_text(json.dumps(extra or {}))
     subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", str(inventory),
          str(PROMTOOL_TESTS / "render.yml"), "-e", f"out={tmp}",
-         "-e", f"prometheus_server_vllm_version={version}"],
+         "-e", f"prometheus_server_vllm_version={version}", "-e", f"@{tmp / 'extra.json'}"],
         cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300)
     return tmp
 
@@ -98,3 +102,79 @@ def test_metric_names_follow_the_vllm_version(rendered: dict[str, Path], version
     result = _unit_test(rendered[version], name, tmp_path)
     assert result.returncode != 0
     assert "VllmKvPoolNearFull" in result.stdout + result.stderr
+
+
+RECEIVERS = {
+    "prometheus_server_alertmanager_receivers": {
+        "page": {"webhook_urls": ["http://pager.example:8080/hook"],
+                 "chat_webhook_urls": ["https://chat.example/hooks/T0/B0/SECRET-CANARY"]},
+        "ticket": {"email_to": ["gpu-oncall@example.com", "tickets@example.com"]},
+        "silent": {},
+    },
+    "prometheus_server_alertmanager_smtp": {
+        "smarthost": "smtp.example:587", "from": "alerts@example.com",
+        "auth_username": "alerts", "auth_password": "PASSWORD-CANARY"},
+}
+
+
+@pytest.mark.skipif(AMTOOL is None and os.environ.get("CI") != "true",
+                    reason="amtool comes with prometheus-alertmanager (scripts/setup.sh)")
+def test_alertmanager_config_passes_amtool_and_routes_by_severity(tmp_path: Path) -> None:
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example", RECEIVERS)
+    assert AMTOOL, "amtool missing: run scripts/setup.sh"
+    result = subprocess.run([AMTOOL, "check-config", str(out / "alertmanager.yml")],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load((out / "alertmanager.yml").read_text())
+    routes = {r["matchers"][0]: r["receiver"] for r in config["route"]["routes"]}
+    assert routes == {'severity="critical"': "page", 'severity="warning"': "ticket"}
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert receivers["page"]["webhook_configs"][0]["url"] == "http://pager.example:8080/hook"
+    assert receivers["page"]["slack_configs"][0]["api_url"].endswith("SECRET-CANARY")
+    assert [e["to"] for e in receivers["ticket"]["email_configs"]] == [
+        "gpu-oncall@example.com", "tickets@example.com"]
+    assert config["global"]["smtp_auth_password"] == "PASSWORD-CANARY"
+    assert set(receivers["silent"]) == {"name"}
+    # amtool rejects a route to a receiver that does not exist: the validator bites.
+    broken = out / "broken.yml"
+    broken.write_text((out / "alertmanager.yml").read_text().replace(
+        'receiver: "page"', 'receiver: "nobody"'))
+    result = subprocess.run([AMTOOL, "check-config", str(broken)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0
+
+
+def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_gateway(
+        rendered: dict[str, Path]) -> None:
+    config = yaml.safe_load((rendered["0.32.0"] / "prometheus.yml").read_text())
+    targets = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert targets == ["127.0.0.1:9093"]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["gateway"]["metrics_path"] == "/health"
+    gateways = {t for sc in jobs["gateway"]["static_configs"] for t in sc["targets"]}
+    assert gateways == {f"{h}.gpu.example.internal:8080" for h in ("h200-a", "h200-b", "h100-a")}
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"prometheus_server_alertmanager_routes": {"critical": "pager"}}, "['pager']"),
+    ({"prometheus_server_alertmanager_receivers": {"page": {"webhook_url": "http://x"},
+                                                   "ticket": {}}}, "['webhook_url']"),
+    ({"prometheus_server_alertmanager_receivers": {"page": {}, "ticket": {"email_to": ["a@b"]}}},
+     "email receivers ['ticket'] need"),
+])
+def test_alertmanager_input_is_refused_before_anything_changes(
+        tmp_path: Path, extra: dict[str, object], named: str) -> None:
+    """The preflight names the receiver problem; only assert tasks run (--tags preflight)."""
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+                    "  roles: [prometheus_server]\n")
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(ROOT / "inventories" / "example"), str(play),
+         "--tags", "preflight", "-e", f"@{tmp_path / 'extra.json'}"],
+        cwd=ROOT, env=ansible_env(ANSIBLE_ROLES_PATH=str(ROOT / "roles")),
+        capture_output=True, text=True, timeout=300, check=False)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2, out
+    assert "Check Alertmanager's receivers and routes" in out
+    assert named in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -45,13 +46,29 @@ def test_node_exporter_serves_gpu_memory(host: Any) -> None:
     assert 'nvidia_gpu_memory_used_bytes{gpu="0"' in metrics
 
 
+def test_collector_runs_unprivileged_and_sandboxed(host: Any) -> None:
+    unit = "nvidia-vram-collector.service"
+    user = host.run(f"systemctl show -p User --value {unit}").stdout.strip()
+    assert user == "gpu-metrics"
+    # The file the collector (not root) wrote on its last run.
+    assert host.file("/var/lib/prometheus/node-exporter/nvidia_vram.prom").user == "gpu-metrics"
+    result = host.run(f"systemctl start {unit}")  # a run now, under the sandbox, succeeds
+    assert result.rc == 0, result.stderr
+    assert host.run(f"systemctl show -p Result --value {unit}").stdout.strip() == "success"
+    out = host.run(f"systemd-analyze security --no-pager {unit}").stdout
+    level = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
+    assert level, out
+    assert float(level.group(1)) <= 3.0, out
+
+
 def test_prometheus_scrapes_gpu_memory_and_loaded_the_rules(host: Any) -> None:
     series = _query(host, 'nvidia_gpu_memory_used_bytes{gpu="1"}')
     assert series and float(series[0]["value"][1]) == 126398 * 1024 * 1024
     rules = _get(host, "http://127.0.0.1:9090/api/v1/rules")
     names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
     assert {"VllmPreemptionStorm", "VllmKvPoolNearFull", "VllmTtftHigh", "VllmTtftCritical",
-            "VllmQueueBacklog", "VllmEngineDown", "GpuVramLeak"} <= names
+            "VllmQueueBacklog", "VllmEngineDown", "GpuVramLeak", "GatewayDown", "NodeExporterDown",
+            "TargetDown", "VllmEngineMetricsMissing", "VllmEngineTargetsAbsent"} <= names
 
 
 def test_engine_down_fires_when_no_engine_answers(host: Any) -> None:
@@ -65,3 +82,54 @@ def test_engine_down_fires_when_no_engine_answers(host: Any) -> None:
             return
         time.sleep(3)
     raise AssertionError(f"VllmEngineDown never fired: {alerts}")
+
+
+def _posts(host: Any) -> list[dict[str, Any]]:
+    text = host.run("cat /var/lib/webhook-received.jsonl 2>/dev/null").stdout
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _received(host: Any, alertname: str, path: str, wait: float = 120,
+              after: int = 0) -> list[dict[str, Any]]:
+    """Alerts named ALERTNAME (firing) the webhook receiver got on PATH in its posts after the
+    first AFTER, polled until WAIT."""
+    deadline = time.monotonic() + wait
+    while True:
+        posts = _posts(host)[after:]
+        alerts = [a for p in posts if p["path"] == path for a in p["body"]["alerts"]
+                  if a["labels"]["alertname"] == alertname and a["status"] == "firing"]
+        if alerts or time.monotonic() > deadline:
+            return alerts
+        time.sleep(3)
+
+
+def test_alertmanager_listens_on_loopback_only(host: Any) -> None:
+    assert host.service("prometheus-alertmanager").is_running
+    listening = host.run("ss -Hltn").stdout
+    assert "127.0.0.1:9093" in listening
+    assert ":9094" not in listening  # no cluster port
+    config = host.file("/etc/prometheus/alertmanager.yml")
+    assert config.mode == 0o640 and config.group == "prometheus"
+
+
+def test_critical_alerts_page_through_alertmanager(host: Any) -> None:
+    # No engine and no gateway run here: both critical alerts reach the page receiver.
+    for name in ("VllmEngineDown", "GatewayDown"):
+        alerts = _received(host, name, "/page")
+        assert alerts, f"{name} never reached the webhook receiver's /page"
+        assert alerts[0]["labels"]["severity"] == "critical"
+        assert alerts[0]["labels"]["instance"]
+
+
+def test_a_stopped_exporter_raises_a_ticket(host: Any) -> None:
+    # Node exporter answers now: no NodeExporterDown is firing before the stop.
+    assert _query(host, 'up{job="node"} == 1')
+    before = len(_posts(host))
+    host.run("systemctl stop prometheus-node-exporter")
+    try:
+        alerts = _received(host, "NodeExporterDown", "/ticket", after=before)
+    finally:
+        host.run("systemctl start prometheus-node-exporter")
+    assert alerts, "NodeExporterDown never reached the webhook receiver's /ticket"
+    assert alerts[0]["labels"]["job"] == "node"
+    assert alerts[0]["labels"]["instance"].endswith(":9100")
