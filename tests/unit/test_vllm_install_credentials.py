@@ -227,8 +227,9 @@ def test_index_credentials_reach_pip_and_uv_only_through_root_only_files(
         tmp_path: Path, indexes: tuple[Index, Index]) -> None:
     root = tmp_path / "srv"
 
-    # Check mode on a fresh host: nothing written, the install reported.
-    checked = play(tmp_path, indexes, "--check", "-vvv")
+    # Check mode on a fresh host: nothing written, the install reported, and the diff of the
+    # files it would write hidden (no_log).
+    checked = play(tmp_path, indexes, "--check", "--diff", "-vvv")
     assert checked.returncode == 0, checked.stdout[-3000:]
     assert not root.exists()
     assert "would install canary-engine==1.0" in checked.stdout
