@@ -11,11 +11,8 @@
 #                separated by commas, or empty
 #   ARG...       passed to both installs (pip's of uv, uv's of the engine): the options they
 #                share, such as --no-index or --cert FILE
-# The package sources reach both through their configuration, never an ARG: the role writes
-# pip's and uv's config files (0600 root; index URLs there may carry credentials) and sets
-# PIP_CONFIG_FILE / UV_CONFIG_FILE to their paths; scripts/build-engine-image.sh sets
-# PIP_FIND_LINKS / UV_FIND_LINKS. Credentials belong in those files only: the ARGs and the
-# environment Ansible gives a task are on a command line (ps, -vvv).
+# The package sources reach both through the environment (PIP_INDEX_URL / UV_DEFAULT_INDEX,
+# PIP_FIND_LINKS / UV_FIND_LINKS), so an index URL with credentials is on no command line.
 # VLLM_INSTALL_PYTHON: the interpreter both environments are made with (/usr/bin/python3);
 # UV_CACHE_DIR: uv's download cache (the role keeps it beside the environments).
 set -eu
