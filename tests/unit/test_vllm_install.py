@@ -7,11 +7,13 @@ asked to install."""
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,16 @@ CASES: dict[str, dict[str, Any]] = {
     "contradicting-freeze": {"vllm_server_pip_constraints": ["flashinfer_cubin==0.6.13"]},
     "range-not-pin": {"vllm_server_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
     "index-not-url": {"vllm_server_prebuilt_kernels_index_urls": ["flashinfer.ai/whl"]},
+    "index-with-credentials": {
+        "vllm_server_pip_index_url": "https://deploy:s3cr%40t\"x@pypi.internal:8443/simple",
+        "vllm_server_pip_find_links": "https://deploy:s3cr%40t\"x@pypi.internal:8443/wheels/",
+        "vllm_server_prebuilt_kernels_index_urls": ["https://k:k3rnel-pw@mirror.internal/whl"]},
+    "index-with-space": {"vllm_server_pip_index_url": "https://pypi.internal/simple extra"},
+    "index-not-a-url": {"vllm_server_pip_index_url": "pypi.internal/simple"},
+    "kernel-index-newline": {"vllm_server_prebuilt_kernels_index_urls": [
+        "https://k:k3rnel-pw@mirror.internal/whl\n[global]"]},
+    "credentials-in-extra-args": {
+        "vllm_server_pip_extra_args": "--extra-index-url https://u:extra-pw@pypi.internal/simple"},
 }
 
 
@@ -57,8 +69,9 @@ CASES: dict[str, dict[str, Any]] = {
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     """One ansible-playbook run over every case: the role's pin check, then its install
     argv, environment and constraints file, with the role's defaults (inventory group
-    vars, below each case's host vars) and vars. Returns the output and, per case that
-    passed the check, what was rendered."""
+    vars, below each case's host vars) and vars, and pip's and uv's config files (parsed as
+    pip and uv read them: INI without interpolation, TOML). Returns the output and, per case
+    that passed the checks, what was rendered."""
     tmp = tmp_path_factory.mktemp("render")
     install = role_task("Install the pinned vLLM into the virtual environment")
     constraints = role_task("Write the pip constraints")
@@ -74,10 +87,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, A
                  "_constraints": constraints["managed_file"]["content"]},
         "tasks": [
             role_task("Check the prebuilt kernel pins and their indexes"),
+            role_task("Check the package sources"),
             {"name": "Write what the role would run", "ansible.builtin.copy": {
                 "dest": str(tmp / "{{ inventory_hostname }}.json"), "mode": "0644",
                 "content": "{{ {'argv': _argv, 'environment': _environment,"
                            " 'constraints': _constraints,"
+                           " 'pip_conf': _vllm_server_pip_config_content,"
+                           " 'uv_toml': _vllm_server_uv_config_content,"
                            " 'kernels': vllm_server_prebuilt_kernels} | to_json }}"}},
         ]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
@@ -87,6 +103,11 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, A
         cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=300, check=False)
     out = {case: json.loads((tmp / f"{case}.json").read_text())
            for case in CASES if (tmp / f"{case}.json").exists()}
+    for rendering in out.values():
+        pip = configparser.RawConfigParser()
+        pip.read_string(rendering["pip_conf"])
+        rendering["pip"] = dict(pip["global"])
+        rendering["uv"] = tomllib.loads(rendering["uv_toml"])
     return result.stdout, out
 
 
@@ -116,10 +137,16 @@ def test_gpu_build_of_the_pinned_release_installs_its_kernels_in_the_same_resolu
                          "/srv/vllm/venv", "/srv/vllm/constraints.txt", ""]
     assert argv[8] == ",".join(["vllm==0.32.0", *KERNELS_0_32])
     assert argv[9:] == []
-    # FlashInfer's indexes reach uv through its environment, never the command line.
-    assert out["environment"]["UV_INDEX"] == (
-        "https://flashinfer.ai/whl/cu130 https://flashinfer.ai/whl")
+    # FlashInfer's indexes reach uv through its config file, ahead of the default index
+    # (PyPI: none set), never a command line or the environment.
+    assert out["uv"] == {"index": [{"url": "https://flashinfer.ai/whl/cu130"},
+                                   {"url": "https://flashinfer.ai/whl"}]}
+    assert out["pip"] == {}
     assert not any("flashinfer.ai" in arg for arg in argv)
+    assert out["environment"] == {
+        "VLLM_INSTALL_PYTHON": "/usr/bin/python3", "UV_CACHE_DIR": "/srv/vllm/.uv-cache",
+        "PIP_CONFIG_FILE": "/srv/vllm/installer/pip.conf",
+        "UV_CONFIG_FILE": "/srv/vllm/installer/uv.toml"}
     lines = out["constraints"].splitlines()
     assert lines[1:4] == ["vllm==0.32.0", *KERNELS_0_32]
 
@@ -133,7 +160,7 @@ def test_cpu_build_and_unknown_releases_install_no_kernels(
     out = case(rendered, name)
     assert out["kernels"] == []
     assert out["argv"][8] == requirement
-    assert "UV_INDEX" not in out["environment"]
+    assert "index" not in out["uv"]
     assert "flashinfer" not in out["constraints"]
 
 
@@ -142,8 +169,32 @@ def test_air_gapped_site_takes_the_kernels_from_its_wheelhouse(
     out = case(rendered, "air-gapped")
     assert out["argv"][8].split(",")[1:] == KERNELS_0_32
     assert out["argv"][9:] == ["--no-index"]
-    assert "UV_INDEX" not in out["environment"]
-    assert out["environment"]["UV_FIND_LINKS"] == "/srv/wheelhouse"
+    assert out["uv"] == {"find-links": ["/srv/wheelhouse"]}
+    assert out["pip"] == {"find-links": "/srv/wheelhouse"}
+
+
+def test_index_urls_with_credentials_reach_pip_and_uv_only_through_their_config_files(
+        rendered: tuple[str, dict[str, Any]]) -> None:
+    out = case(rendered, "index-with-credentials")
+    url = CASES["index-with-credentials"]["vllm_server_pip_index_url"]
+    wheels = CASES["index-with-credentials"]["vllm_server_pip_find_links"]
+    # Read back byte for byte (the quote and the percent sign survive INI and TOML) ...
+    assert out["pip"] == {"index-url": url, "find-links": wheels}
+    assert out["uv"] == {"find-links": [wheels],
+                         "index": [{"url": "https://k:k3rnel-pw@mirror.internal/whl"},
+                                   {"url": url, "default": True}]}
+    # ... and nowhere else: the argv and the environment hold paths only.
+    shown = json.dumps([out["argv"], out["environment"]])
+    assert "s3cr" not in shown and "k3rnel-pw" not in shown
+
+
+@pytest.mark.parametrize("name", ["index-with-space", "index-not-a-url", "kernel-index-newline",
+                                  "credentials-in-extra-args"])
+def test_package_sources_a_config_file_cannot_hold_are_refused_without_echoing_them(
+        rendered: tuple[str, dict[str, Any]], name: str) -> None:
+    message = failure(rendered, name)
+    assert "vllm_server_pip_index_url must be empty or an http(s):// or file:// URL" in message
+    assert "extra-pw" not in message and "k3rnel-pw" not in message
 
 
 def test_a_constraints_freeze_with_the_same_kernels_is_accepted(
