@@ -38,7 +38,10 @@ def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") ->
     for name in sorted(set(names)):
         if not name.startswith(prefix) or name in known:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+        # Compared without the prefix every name shares, which would make all look close.
+        suffixes = {known_name.removeprefix(prefix): known_name for known_name in known}
+        close = [suffixes[match] for match in difflib.get_close_matches(
+            name.removeprefix(prefix), sorted(suffixes), n=3, cutoff=0.7)]
         hint = f"did you mean {' or '.join(close)}?" if close else "no known variable is close"
         messages.append(f"{name}: unknown to role {Path(role_path).name} ({hint})")
     return messages
