@@ -1,8 +1,9 @@
 """Send each vLLM route, with and without the API key, to the given base URLs and print one
 JSON line per request: {"base", "path", "key", "status"} (status 0: no connection).
 
-Usage: route_matrix.py KEY BASE_URL... Runs on the engine host and in a second container
-on the test network (the outside world); the standard library only."""
+Usage: route_matrix.py KEY [--paths P1,P2] BASE_URL... Runs on the engine host and in a
+second container on the test network (the outside world); the standard library only.
+--paths limits the routes (the host's own test spares the replica the state-changing ones)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,13 @@ def status(method: str, url: str, body: dict[str, object] | None, key: str) -> i
 
 def main() -> None:
     key, bases = sys.argv[1], sys.argv[2:]
+    only: set[str] = set()
+    if bases[:1] == ["--paths"]:
+        only, bases = set(bases[1].split(",")), bases[2:]
     for base in bases:
         for method, path, body in ROUTES:
+            if only and path not in only:
+                continue
             for sent in ("", "wrong-key", key):
                 print(json.dumps({"base": base, "path": path, "key": sent,
                                   "status": status(method, base + path, body, sent)}))

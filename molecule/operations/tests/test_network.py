@@ -87,7 +87,9 @@ def test_on_the_host_replicas_answer_on_loopback_and_metrics_come_through_the_ga
     _, address = _network(host)
     script = _copy(host, "route_matrix.py")
     bases = ["http://127.0.0.1:8000", "http://127.0.0.1:9180", f"http://{address}:8000"]
-    matrix = _matrix(host.check_output(f"python3 {script} {KEY} {' '.join(bases)}"))
+    paths = "/health,/v1/models,/metrics,/metrics/vllm-0,/invocations"
+    matrix = _matrix(host.check_output(f"python3 {script} {KEY} --paths {paths} "
+                                       f"{' '.join(bases)}"))
     _record("from the engine host itself:", matrix)
     local, metrics, routable = bases
     for key in ("", "wrong-key", KEY):
