@@ -65,9 +65,16 @@ def test_rules_and_config_pass_promtool_check(rendered: dict[str, Path], version
 def test_scrape_config_covers_every_replica_and_exporter(rendered: dict[str, Path]) -> None:
     config = yaml.safe_load((rendered["0.32.0"] / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    targets = {t for sc in jobs["vllm"]["static_configs"] for t in sc["targets"]}
-    assert targets == {"h200-a.gpu.example.internal:8000", "h200-b.gpu.example.internal:8000",
-                       "h100-a.gpu.example.internal:8000", "h100-a.gpu.example.internal:8001"}
+    # Replicas listen on 127.0.0.1: Prometheus (on another host) reads each one through its
+    # host's gateway metrics port, one instance per replica as before.
+    scraped = {(t, sc["labels"]["__metrics_path__"], sc["labels"]["instance"])
+               for sc in jobs["vllm"]["static_configs"] for t in sc["targets"]}
+    assert scraped == {
+        ("h200-a.gpu.example.internal:9180", "/metrics/vllm-0", "h200-a.gpu.example.internal:8000"),
+        ("h200-b.gpu.example.internal:9180", "/metrics/vllm-0", "h200-b.gpu.example.internal:8000"),
+        ("h100-a.gpu.example.internal:9180", "/metrics/vllm-0", "h100-a.gpu.example.internal:8000"),
+        ("h100-a.gpu.example.internal:9180", "/metrics/vllm-1", "h100-a.gpu.example.internal:8001"),
+    }
     nodes = {t for sc in jobs["node"]["static_configs"] for t in sc["targets"]}
     assert nodes == {f"{h}.gpu.example.internal:9100" for h in ("h200-a", "h200-b", "h100-a")}
     assert "dcgm" not in jobs  # no host of the example runs DCGM exporter

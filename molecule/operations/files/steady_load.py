@@ -20,6 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", default="http://127.0.0.1:8080/v1/completions")
     parser.add_argument("--model", default="tiny-qwen2")
+    parser.add_argument("--key", default="", help="API key (Authorization: Bearer)")
     parser.add_argument("--stop", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=600)
@@ -31,10 +32,13 @@ def main() -> None:
     body = json.dumps({"model": args.model, "prompt": "hello " * 16, "max_tokens": 16,
                        "ignore_eos": True}).encode()
 
+    headers = {"Content-Type": "application/json"}
+    if args.key:
+        headers["Authorization"] = f"Bearer {args.key}"
+
     def worker() -> None:
         while not args.stop.exists() and time.monotonic() < deadline:
-            request = urllib.request.Request(args.url, data=body,
-                                             headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(args.url, data=body, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=120) as response:
                     json.loads(response.read())

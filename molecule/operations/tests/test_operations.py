@@ -19,7 +19,8 @@ def test_rolling_restart_under_steady_load_fails_no_request(host: Any) -> None:
     host.run("rm -f /tmp/load.stop /tmp/load.json")
     host.check_output(f"cat > /root/steady_load.py <<'EOF'\n{LOAD.read_text()}\nEOF")
     host.check_output("nohup python3 /root/steady_load.py --stop /tmp/load.stop "
-                      "--out /tmp/load.json --max-seconds 900 >/dev/null 2>&1 &")
+                      "--out /tmp/load.json --max-seconds 900 --key molecule-operations-key "
+                      ">/dev/null 2>&1 &")
     time.sleep(10)  # the stream is flowing before the restart begins
     before = {unit: _pid(host, unit) for unit in ("vllm-0", "vllm-1")}
     restart = host.run("/usr/local/sbin/vllm-restart --health-timeout 300")

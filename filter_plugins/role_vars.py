@@ -1,0 +1,52 @@
+"""Misspelt role variables: names under a role's prefix that the role does not know.
+
+A role ignores a variable it does not read, so `vllm_server_api_kye: ...` would converge
+and leave the endpoint open. Each role's validation compares the variables Ansible sees
+under its prefix with the options of its meta/argument_specs.yml (every entry point) and
+refuses the unknown ones, naming the closest known names:
+
+    {{ query('ansible.builtin.varnames', '^vllm_server_') | unknown_role_vars(role_path) }}
+
+returns one line per unknown name ('' when all are known).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def known_role_vars(role_path: str) -> set[str]:
+    """Every option of every entry point of the role's meta/argument_specs.yml."""
+    spec_file = Path(role_path) / "meta" / "argument_specs.yml"
+    specs = yaml.safe_load(spec_file.read_text()) or {}
+    entry_points: Mapping[str, Any] = specs.get("argument_specs") or {}
+    return {name for entry in entry_points.values()
+            for name in ((entry or {}).get("options") or {})}
+
+
+def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") -> list[str]:
+    """One message per name under the role's prefix (role name + '_' unless given) that the
+    role's argument_specs do not list, with up to three close known names."""
+    prefix = prefix or Path(role_path).name + "_"
+    known = known_role_vars(role_path)
+    messages = []
+    for name in sorted(set(names)):
+        if not name.startswith(prefix) or name in known:
+            continue
+        # Compared without the prefix every name shares, which would make all look close.
+        suffixes = {known_name.removeprefix(prefix): known_name for known_name in known}
+        close = [suffixes[match] for match in difflib.get_close_matches(
+            name.removeprefix(prefix), sorted(suffixes), n=3, cutoff=0.7)]
+        hint = f"did you mean {' or '.join(close)}?" if close else "no known variable is close"
+        messages.append(f"{name}: unknown to role {Path(role_path).name} ({hint})")
+    return messages
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"unknown_role_vars": unknown_role_vars}
