@@ -63,9 +63,12 @@ def test_scrape_config_covers_every_replica_and_exporter(rendered: dict[str, Pat
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {t for sc in jobs["vllm"]["static_configs"] for t in sc["targets"]}
     assert targets == {"h200-a.gpu.example.internal:8000", "h200-b.gpu.example.internal:8000",
-                       "h100-a.gpu.example.internal:8000", "h100-a.gpu.example.internal:8001"}
+                       "h100-a.gpu.example.internal:8000", "h100-a.gpu.example.internal:8001",
+                       "h200-c.gpu.example.internal:8000", "h100-b.gpu.example.internal:8000",
+                       "h100-b.gpu.example.internal:8001"}
     nodes = {t for sc in jobs["node"]["static_configs"] for t in sc["targets"]}
-    assert nodes == {f"{h}.gpu.example.internal:9100" for h in ("h200-a", "h200-b", "h100-a")}
+    assert nodes == {f"{h}.gpu.example.internal:9100"
+                     for h in ("h200-a", "h200-b", "h100-a", "h200-c", "h100-b")}
     assert "dcgm" not in jobs  # no host of the example runs DCGM exporter
 
 

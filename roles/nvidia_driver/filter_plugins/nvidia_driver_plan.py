@@ -145,7 +145,8 @@ def nvidia_driver_plan(
 def _compat_problem(source: str, cuda_compat: bool, engine_cuda: str) -> str:
     if engine_cuda and not re.fullmatch(r"\d+\.\d+", engine_cuda):
         return (f"nvidia_driver_engine_cuda: {engine_cuda!r} is not a CUDA major.minor. Fix: "
-                "set it like \"13.0\" (vllm_plan sets it through vllm_plan_engine_stack), or leave it empty.")
+                "set it like \"13.0\" (vllm_plan sets it through vllm_plan_engine_stack), "
+                "or leave it empty.")
     if not cuda_compat:
         return ""
     if source != "nvidia_repo":
@@ -155,8 +156,8 @@ def _compat_problem(source: str, cuda_compat: bool, engine_cuda: str) -> str:
     if not engine_cuda:
         return ("nvidia_driver_cuda_compat: true needs the engine's CUDA to pick the package "
                 "(cuda-compat-X-Y), but nvidia_driver_engine_cuda is empty. Fix: run the plan "
-                "(vllm_plan sets it through vllm_plan_engine_stack) or set nvidia_driver_engine_cuda, e.g. "
-                "\"13.0\".")
+                "(vllm_plan sets it through vllm_plan_engine_stack) or set "
+                "nvidia_driver_engine_cuda, e.g. \"13.0\".")
     return ""
 
 
