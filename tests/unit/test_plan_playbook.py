@@ -59,6 +59,39 @@ def test_example_inventory_plans_every_host_and_replica() -> None:
     assert "changed=0" in out and "failed=0" in out
 
 
+def replica_table(out: str, title: str) -> str:
+    """The plan table printed for one replica (from its title to the next blank field)."""
+    start = out.index(title)
+    end = out.find("\nok: ", start)
+    return out[start:end if end != -1 else len(out)]
+
+
+def test_example_inventory_plans_the_hybrid_groups_with_their_layer_mix() -> None:
+    """The example's Qwen3.5-397B-A17B (FP8, MTP) and Qwen3-Next groups: each group names
+    its own model; the table shows the layer mix and vLLM's enlarged attention block."""
+    result = run_plan(ROOT / "inventories" / "example")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    qwen35 = replica_table(out, "h200-c.gpu.example.internal / vllm-0 (GPUs 0,1,2,3,4,5,6,7, "
+                                "port 8000)")
+    assert "/srv/vllm/models/Qwen3.5-397B-A17B-FP8/current" in qwen35
+    assert "layers                    15 attention + 45 linear" in qwen35
+    assert "kv blocks                 9,527 x 1056 tokens" in qwen35
+    # 1 state block + 1 for prefix caching (align mode) + 2 speculative tokens.
+    assert "4 blocks/request" in qwen35
+    assert '--speculative-config      {"method":"qwen3_5_mtp","num_speculative_tokens":2}' \
+        in qwen35
+    for replica in ("vllm-0 (GPUs 0,1,2,3, port 8000)", "vllm-1 (GPUs 4,5,6,7, port 8001)"):
+        qnext = replica_table(out, f"h100-b.gpu.example.internal / {replica}")
+        assert "/srv/vllm/models/Qwen3-Next-80B-A3B-Instruct/current" in qnext
+        assert "layers                    12 attention + 36 linear" in qnext
+        assert "kv blocks                 9,604 x 544 tokens" in qnext
+        assert "hazards                   none" in qnext
+    # The full-attention groups keep their model and print no layer mix.
+    h200 = replica_table(out, "h200-a.gpu.example.internal / vllm-0")
+    assert "Qwen2.5-72B-Instruct/current" in h200 and "layers  " not in h200
+
+
 def test_the_notes_template_is_refused_before_any_host(tmp_path: Path) -> None:
     result = run_plan(write_inventory(tmp_path, NOTES_TEMPLATE))
     assert result.returncode != 0

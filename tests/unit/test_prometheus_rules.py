@@ -69,14 +69,13 @@ def test_scrape_config_covers_every_replica_and_exporter(rendered: dict[str, Pat
     # host's gateway metrics port, one instance per replica as before.
     scraped = {(t, sc["labels"]["__metrics_path__"], sc["labels"]["instance"])
                for sc in jobs["vllm"]["static_configs"] for t in sc["targets"]}
-    assert scraped == {
-        ("h200-a.gpu.example.internal:9180", "/metrics/vllm-0", "h200-a.gpu.example.internal:8000"),
-        ("h200-b.gpu.example.internal:9180", "/metrics/vllm-0", "h200-b.gpu.example.internal:8000"),
-        ("h100-a.gpu.example.internal:9180", "/metrics/vllm-0", "h100-a.gpu.example.internal:8000"),
-        ("h100-a.gpu.example.internal:9180", "/metrics/vllm-1", "h100-a.gpu.example.internal:8001"),
-    }
+    replicas = [("h200-a", 0), ("h200-b", 0), ("h100-a", 0), ("h100-a", 1), ("h200-c", 0),
+                ("h100-b", 0), ("h100-b", 1)]
+    assert scraped == {(f"{h}.gpu.example.internal:9180", f"/metrics/vllm-{i}",
+                        f"{h}.gpu.example.internal:{8000 + i}") for h, i in replicas}
     nodes = {t for sc in jobs["node"]["static_configs"] for t in sc["targets"]}
-    assert nodes == {f"{h}.gpu.example.internal:9100" for h in ("h200-a", "h200-b", "h100-a")}
+    assert nodes == {f"{h}.gpu.example.internal:9100"
+                     for h in ("h200-a", "h200-b", "h100-a", "h200-c", "h100-b")}
     assert "dcgm" not in jobs  # no host of the example runs DCGM exporter
 
 
@@ -159,7 +158,8 @@ def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_gateway(
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["gateway"]["metrics_path"] == "/health"
     gateways = {t for sc in jobs["gateway"]["static_configs"] for t in sc["targets"]}
-    assert gateways == {f"{h}.gpu.example.internal:8080" for h in ("h200-a", "h200-b", "h100-a")}
+    assert gateways == {f"{h}.gpu.example.internal:8080"
+                        for h in ("h200-a", "h200-b", "h100-a", "h200-c", "h100-b")}
 
 
 @pytest.mark.parametrize(("extra", "named"), [

