@@ -28,6 +28,9 @@ LOCAL = ROOT / "inventories/local"
 LOCK = yaml.safe_load((LOCAL / "models/tiny-qwen2.lock.yml").read_text())
 CONFIG = json.loads((LOCAL / "models/tiny-qwen2/config.json").read_text())
 GROUP_VARS = yaml.safe_load((LOCAL / "group_vars/vllm_servers/main.yml").read_text())
+# The address replicas listen on (behind the gateway): the inventory's, else vllm_plan's default.
+PLAN_HOST = GROUP_VARS.get("vllm_plan_host") or yaml.safe_load(
+    (ROOT / "roles/vllm_plan/defaults/main.yml").read_text())["vllm_plan_host"]
 MODEL_ROOT = "/srv/vllm/models/tiny-qwen2"
 REPORTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "rebuild-reports"
 
@@ -66,7 +69,7 @@ def test_engine_runs_the_plan_of_the_inventory(host: Host) -> None:
     options = dict(GROUP_VARS["vllm_plan_options"])
     plan = kv_plan(CONFIG, model=GROUP_VARS["vllm_plan_model"],
                    served_model_name=GROUP_VARS["vllm_plan_served_model_name"],
-                   port=GROUP_VARS["vllm_plan_base_port"], **options)
+                   host=PLAN_HOST, port=GROUP_VARS["vllm_plan_base_port"], **options)
     script = host.file("/srv/vllm/bin/vllm-0.sh").content_string.split("exec \\\n", 1)[1]
     args = [shlex.split(line.removesuffix(" \\"))[0] for line in script.splitlines() if line]
     entrypoint = GROUP_VARS["vllm_server_entrypoint"]
