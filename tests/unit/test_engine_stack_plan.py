@@ -104,3 +104,17 @@ def test_example_inventory_with_debian_driver_is_refused_naming_r580() -> None:
     assert "[REFUSED] driver_cannot_run_engine" in out
     assert "R580" in out and "vllm_server_version" in out
     assert "Traceback" not in out + result.stderr
+
+
+def test_driver_facts_equal_the_driver_roles() -> None:
+    """The plan resolves the driver the host gets with the driver role's own defaults."""
+    import importlib.util
+
+    path = ROOT / "roles/nvidia_driver/filter_plugins/nvidia_driver_plan.py"
+    spec = importlib.util.spec_from_file_location("nvidia_driver_plan", path)
+    assert spec and spec.loader
+    role = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(role)
+    from vllm_planner import stack
+    assert stack.DEBIAN_DRIVER_VERSIONS == role.DEBIAN_DRIVER_VERSIONS
+    assert stack.DEFAULT_NVIDIA_REPO_DRIVER == role.NVIDIA_REPO_DEFAULT_VERSION

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_planner_hybrid import _cfg
 
 from vllm_planner import kv_plan
 
@@ -37,11 +38,7 @@ needs_vllm = pytest.mark.skipif(
 
 
 def _config(name: str) -> dict[str, Any]:
-    for folder in ("configs-hybrid", "configs"):
-        path = DATA / folder / f"{name}.json"
-        if path.exists():
-            return dict(json.loads(path.read_text()))
-    raise FileNotFoundError(name)
+    return _cfg(name)
 
 
 # (config, tensor parallel sizes, extra kv_plan options)
