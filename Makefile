@@ -4,8 +4,9 @@
 #   lint      yamllint, ansible-lint, ruff, mypy
 #   unit      pytest tests/unit
 #   images    systemd test-host images, cached by input hash (scripts/build-images.sh)
+#   molecule  `molecule test -s NAME` for every molecule/NAME/molecule.yml, in two lanes
+#             (scripts/molecule-lanes.sh: engine scenarios beside the others, benchmark last)
 #   oracle    vLLM's own KV-cache code judges the planner, inside the engine image
-#   molecule  `molecule test -s NAME` for every molecule/NAME/molecule.yml
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -53,17 +54,9 @@ unit: setup
 
 molecule: images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
-	@for scenario in $(SCENARIOS); do \
-	  start=$$SECONDS; \
-	  echo "=== molecule test -s $$scenario"; \
-	  if ! molecule test -s "$$scenario"; then \
-	    echo "=== molecule scenario $$scenario FAILED after $$((SECONDS - start)) s" >&2; \
-	    exit 1; \
-	  fi; \
-	  echo "=== molecule scenario $$scenario passed in $$((SECONDS - start)) s"; \
-	done
+	scripts/molecule-lanes.sh $(SCENARIOS)
 
-test: setup lint unit images oracle molecule
+test: setup lint unit images molecule oracle
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made
 # from the Debian 12 test image, converged by playbooks/site.yml with the CPU engine and

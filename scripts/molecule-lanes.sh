@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Run every molecule scenario in two lanes, then the benchmark alone.
+#
+#   engine lane: the scenarios that start the CPU engine (vllm_server, site, operations),
+#                one after another, after building localhost/testhost:engine;
+#   host lane:   every other scenario except the benchmark (packages, model, monitoring,
+#                firewall, plan), one after another, beside the engine lane;
+#   last:        benchmark, alone, because its TTFT gate measures the machine's cores.
+#
+# Each lane's output goes to its own log under MOLECULE_LANES_LOGS (default
+# .molecule-lanes/), whose lines are also echoed here prefixed with the lane's name.
+# The engine lane starts first; the host lane's scenarios are mostly apt and container
+# I/O, so the two share the cores without starving the engine's health waits.
+#
+# Usage: scripts/molecule-lanes.sh SCENARIO...   (the Makefile passes every scenario)
+# Exit: 0 when every scenario passed, 1 otherwise (each failure is named at the end).
+set -euo pipefail
+
+readonly ENGINE_SCENARIOS=(vllm_server site operations)
+readonly LAST_SCENARIOS=(benchmark)
+LOGS="${MOLECULE_LANES_LOGS:-.molecule-lanes}"
+readonly LOGS
+
+in_list() {
+  local needle="$1"; shift
+  local item
+  for item in "$@"; do [[ "${item}" == "${needle}" ]] && return 0; done
+  return 1
+}
+
+# run_lane NAME SCENARIO... : run scenarios in order, record pass/fail per scenario.
+run_lane() {
+  local lane="$1"; shift
+  local scenario start rc=0
+  for scenario in "$@"; do
+    start=${SECONDS}
+    echo "=== [${lane}] molecule test -s ${scenario}"
+    if molecule test -s "${scenario}"; then
+      echo "=== [${lane}] molecule scenario ${scenario} passed in $((SECONDS - start)) s"
+      echo "${scenario} passed $((SECONDS - start))" >> "${LOGS}/${lane}.result"
+    else
+      echo "=== [${lane}] molecule scenario ${scenario} FAILED after $((SECONDS - start)) s"
+      echo "${scenario} FAILED $((SECONDS - start))" >> "${LOGS}/${lane}.result"
+      rc=1
+    fi
+  done
+  return "${rc}"
+}
+
+main() {
+  local engine=() host=() last=() scenario
+  for scenario in "$@"; do
+    if in_list "${scenario}" "${ENGINE_SCENARIOS[@]}"; then
+      engine+=("${scenario}")
+    elif in_list "${scenario}" "${LAST_SCENARIOS[@]}"; then
+      last+=("${scenario}")
+    else
+      host+=("${scenario}")
+    fi
+  done
+  rm -rf "${LOGS}"
+  mkdir -p "${LOGS}"
+  : > "${LOGS}/engine.result"
+  : > "${LOGS}/host.result"
+  : > "${LOGS}/last.result"
+
+  local start=${SECONDS} engine_pid host_pid rc=0
+  (
+    scripts/build-engine-image.sh
+    run_lane engine "${engine[@]}"
+  ) > >(sed -u 's/^/[engine] /' | tee "${LOGS}/engine.log") 2>&1 &
+  engine_pid=$!
+  (run_lane host "${host[@]}") > >(sed -u 's/^/[host] /' | tee "${LOGS}/host.log") 2>&1 &
+  host_pid=$!
+  wait "${engine_pid}" || rc=1
+  wait "${host_pid}" || rc=1
+  echo "=== lanes done in $((SECONDS - start)) s"
+  if ((${#last[@]})); then
+    run_lane last "${last[@]}" || rc=1
+  fi
+
+  echo "=== molecule summary (scenario, result, seconds)"
+  cat "${LOGS}/engine.result" "${LOGS}/host.result" "${LOGS}/last.result"
+  if grep -q FAILED "${LOGS}"/*.result; then
+    echo "=== failed: $(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1 | tr '\n' ' ')" >&2
+    rc=1
+  elif [[ ${rc} -ne 0 ]]; then
+    echo "=== a lane failed before its scenarios ran (see its log)" >&2
+  fi
+  echo "=== molecule total $((SECONDS - start)) s"
+  return "${rc}"
+}
+
+main "$@"
