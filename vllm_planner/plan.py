@@ -41,7 +41,8 @@ OPTIONS = frozenset({
 WORKLOAD_KEYS = ("prompt_tokens_p50", "prompt_tokens_p95", "output_tokens_p50",
                  "output_tokens_p95", "concurrency")
 HAZARDS = ("runtime_oom", "preemption_storm", "ttft_spike", "context_exceeds_pool",
-           "context_exceeds_model", "weights_exceed_memory", "driver_cannot_run_engine")
+           "context_exceeds_model", "weights_exceed_memory", "driver_cannot_run_engine",
+           "unknown_vllm_version")
 DRIVER_KEYS = ("source", "version", "cuda_compat", "debian_release")
 # Flags the planner decides; extra_flags may not set them behind its back.
 OWNED_FLAGS = frozenset({
@@ -271,9 +272,13 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     geo = parse_geometry(cfg)
     engine = traits(parse_version(opts.get("vllm_version") or PINNED_VERSION))
     notes: list[str] = []
-    if engine.version > NEWEST_KNOWN:
-        notes.append(f"vLLM {engine.label} is newer than the flag table "
-                     f"({'.'.join(map(str, NEWEST_KNOWN))}); flags assumed unchanged")
+    served_name = opts.get("served_model_name")
+    if served_name is not None and (not isinstance(served_name, str) or not served_name.strip()
+                                    or served_name != served_name.strip()):
+        raise PlanError("served_model_name", f"{served_name!r} is no name clients can send",
+                        "give the name clients send as \"model\" (vllm_plan_served_model_name,"
+                        " e.g. qwen2.5-72b-instruct, without surrounding spaces), or leave it "
+                        "out (None; the vllm_plan role: empty) to serve the model path's name")
     gpu = resolve_gpu(opts.get("gpu"))
 
     tp = _positive_int(opts.get("tensor_parallel_size", 1), "tensor_parallel_size",
@@ -502,6 +507,16 @@ def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
     if stack_hazard:
         hazards.append({"id": "driver_cannot_run_engine",
                         "message": f"driver_cannot_run_engine: {stack_hazard}"})
+    if engine.version > NEWEST_KNOWN:
+        newest = ".".join(map(str, NEWEST_KNOWN))
+        hazards.append({
+            "id": "unknown_vllm_version",
+            "message": f"unknown_vllm_version: vLLM {engine.label} is newer than the flag and "
+                       f"memory table ({newest}): flags it removed or renamed, and a changed "
+                       "memory budget, would go unnoticed until the engine fails on the host. "
+                       f"Fix: plan for vLLM {newest} or older (vllm_server_version, "
+                       "vllm_plan_options.vllm_version), or check the release notes against "
+                       "vllm_planner/versions.py and raise NEWEST_KNOWN"})
     for hazard in hazards:
         reason = overrides.get(str(hazard["id"]))
         hazard["overridden"] = reason is not None

@@ -236,6 +236,10 @@ HAZARD_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
                                               "driver": {"source": "debian",
                                                          "version": "550.163.01"}},
                                  "needs driver R580"),
+    # Issue 20 item 9: a release newer than the flag table, refused unless overridden.
+    "unknown_vllm_version": (QWEN25_72B, {"tensor_parallel_size": 2, "max_model_len": 32768,
+                                          "vllm_version": "0.40.0"},
+                             "newer than the flag and memory table (0.33.0)"),
 }
 
 

@@ -86,6 +86,13 @@ CORPUS: list[tuple[str, object, dict[str, Any], str]] = [
     ("weights_bytes negative", QWEN25_72B, {**GOOD, "weights_bytes": -1}, "weights_bytes"),
     ("boolean option given a string", QWEN25_72B, {**GOOD, "enable_chunked_prefill": "yes"},
      "enable_chunked_prefill"),
+    # Issue 20 item 9: a served model name clients cannot send.
+    ("empty served model name", QWEN25_72B, {**GOOD, "served_model_name": ""},
+     "served_model_name"),
+    ("blank served model name", QWEN25_72B, {**GOOD, "served_model_name": "   "},
+     "served_model_name"),
+    ("served model name with surrounding spaces", QWEN25_72B,
+     {**GOOD, "served_model_name": " qwen "}, "served_model_name"),
 ]
 
 
@@ -103,3 +110,9 @@ def test_bad_input_names_the_field_and_the_fix(config: object, opts: dict[str, A
     message = str(err.value)
     assert message.startswith(f"kv_plan: {field}: ")
     assert "Fix: " in message and "Traceback" not in message
+
+
+def test_served_model_name_left_out_serves_the_model_path() -> None:
+    argv = kv_plan(QWEN25_72B, **GOOD, model="/srv/m", served_model_name=None,
+                   max_model_len=32768)["argv"]
+    assert argv[:3] == ["vllm", "serve", "/srv/m"] and "--served-model-name" not in argv

@@ -188,6 +188,43 @@ def test_flag_the_engine_refuses_stops_the_deploy_before_any_file(host: Host,
     assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a refused flag"
 
 
+def test_invalid_unit_value_changes_none_of_the_three_files(host: Host,
+                                                           tmp_path: Path) -> None:
+    """Issue 20 item 9: an invalid unit value (MemoryMax "lots") with a changed launch script
+    (max_num_seqs 7). The role's preflight refuses it by name; with the preflight skipped,
+    the candidates checked in a scratch directory stop the deploy before any of the
+    environment file, launch script and unit is written (main wrote the launch script, then
+    failed on the unit), and the engine is not restarted."""
+    scenario = yaml.safe_load((Path(__file__).parents[1] / "vars/scenario.yml").read_text())
+    options = {**scenario["vllm_plan_options"], "max_num_seqs": 7}
+    extra = tmp_path / "bad-unit.json"
+    extra.write_text(json.dumps({"vllm_plan_options": options,
+                                 "vllm_server_memory_max": "lots"}))
+    before = host.run("sha256sum " + " ".join(REPLICA_FILES)).stdout
+    vllm_0 = invocation(host, UNIT)
+
+    run = playbook_run("converge.yml", "-e", f"@{extra}")
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    failure = run.stdout + run.stderr
+    assert run.returncode != 0 and tasks[-1] == (
+        "vllm_server : Check the service account, paths, limits and timeouts"), failure[-3000:]
+    assert 'vllm_server_memory_max is "lots"' in failure, failure[-3000:]
+
+    run = playbook_run("converge.yml", "-e", f"@{extra}", "--skip-tags", "vllm_server_validate")
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    failure = run.stdout + run.stderr
+    assert run.returncode != 0, failure[-3000:]
+    assert ("vllm_server : Stop before any file is written where a replica's candidate files "
+            "are invalid") in tasks, failure[-3000:]
+    assert not [t for t in tasks if t.startswith("vllm_server : Write each replica's")], tasks
+    assert "Invalid memory limit 'lots'" in failure and "vllm_server_memory_max" in failure, \
+        failure[-3000:]
+    assert host.run("sha256sum " + " ".join(REPLICA_FILES)).stdout == before
+    assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a refused unit"
+    left = host.run("find /tmp -maxdepth 1 -name '*.vllm-candidates'").stdout
+    assert left.strip() == "", f"scratch directory left behind: {left}"
+
+
 def test_metrics_and_kv_cache_matches_plan(host: Host) -> None:
     status, text = http(host, "/metrics", key="")
     assert status == 200
