@@ -129,11 +129,13 @@ def test_ruleset_admits_each_port_to_its_clients_only() -> None:
 
 @needs_nft
 def test_rendered_rulesets_pass_nft_check(tmp_path: Path) -> None:
-    for overrides in [{}, {"host_firewall_metrics_clients": []},
-                      {"host_firewall_gateway_clients": ["0.0.0.0/0", "::/0"],
-                       "host_firewall_gateway_ports": [8080, 8443],
-                       "host_firewall_metrics_ports": [9100, 9180, 9400]},
-                      {"host_firewall_ssh_port": 2200, "host_firewall_ssh_clients": ["::1"]}]:
+    cases: list[dict[str, Any]] = [
+        {}, {"host_firewall_metrics_clients": []},
+        {"host_firewall_gateway_clients": ["0.0.0.0/0", "::/0"],
+         "host_firewall_gateway_ports": [8080, 8443],
+         "host_firewall_metrics_ports": [9100, 9180, 9400]},
+        {"host_firewall_ssh_port": 2200, "host_firewall_ssh_clients": ["::1"]}]
+    for overrides in cases:
         text = render(**overrides)
         result = nft_check(text, tmp_path)
         assert result.returncode == 0, f"{overrides}: {result.stderr}\n{text}"

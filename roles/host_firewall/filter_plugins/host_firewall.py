@@ -3,7 +3,7 @@ nftables, the problems of a list (named, with the fix), and whether a list admit
 Plain typed functions; the role's tasks and template only apply the result.
 
     {{ host_firewall_ssh_clients | host_firewall_problems('host_firewall_ssh_clients', hostvars) }}
-    {{ host_firewall_ssh_clients | host_firewall_networks(hostvars) }}  -> {'v4': [...], 'v6': [...]}
+    {{ host_firewall_ssh_clients | host_firewall_networks(hostvars) }}  -> {'v4': [..], 'v6': [..]}
     {{ host_firewall_ssh_clients | host_firewall_admits('192.0.2.7', hostvars) }}
 
 An entry is an IP address, a CIDR network, or an inventory host name whose ansible_host is
