@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 import testinfra
 
-testinfra_hosts = ["podman://fw-gateway-debian12"]
-
 GATEWAY, CLIENT, MONITOR, OUTSIDE = (f"fw-{n}-debian12"
                                      for n in ("gateway", "client", "monitor", "outside"))
 KEY = "fw-test-key"
@@ -48,6 +46,12 @@ except Exception as e:
 
 def on(name: str) -> Any:
     return testinfra.get_host(f"podman://{name}")
+
+
+@pytest.fixture(scope="module")
+def host() -> Any:
+    """The gateway host only (testinfra would run each test on every container)."""
+    return on(GATEWAY)
 
 
 def address(name: str) -> str:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import testinfra
 
 _MOLECULE = str(Path(__file__).resolve().parents[2])  # the in-host HTTP helper
@@ -18,8 +19,13 @@ if _MOLECULE not in sys.path:
 from host_http import request_in_host  # noqa: E402
 
 # The peer container is only a vantage point on the test network (see its tests below).
-testinfra_hosts = ["podman://monitoring-debian12"]
 PEER = "monitoring-peer-debian12"
+
+
+@pytest.fixture(scope="module")
+def host() -> Any:
+    """The monitored host only (testinfra would run each test on every container)."""
+    return testinfra.get_host("podman://monitoring-debian12")
 
 
 def _get(host: Any, url: str) -> Any:
