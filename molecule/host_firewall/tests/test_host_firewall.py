@@ -84,7 +84,8 @@ def test_the_allowlist_is_its_own_table_loaded_by_its_unit(host: Any) -> None:
 
 
 def test_client_gets_https_verified_against_the_certificate(gateway_ip: str) -> None:
-    assert probe(CLIENT, "https", gateway_ip, 8080, "/health")[0] == 200
+    health = probe(CLIENT, "https", gateway_ip, 8080, "/health")
+    assert health[0] == 200, health
     assert probe(CLIENT, "https", gateway_ip, 8080, "/v1/models")[0] == 401
     assert probe(CLIENT, "https", gateway_ip, 8080, "/v1/models", KEY) == [200, "v1/models ok\n"]
     # Plain HTTP on the TLS port gets no HTTP answer at all.
