@@ -29,6 +29,7 @@ readonly APT_PACKAGES=(
   git  # model_artifacts tests build the fixture Hugging Face repository with git
   openssh-client  # ssh and ssh-keygen: Ansible reaches the local demo target over SSH
   python3-dnf  # dnf's own parser reads the nvidia_driver role's rendered .repo file (unit test)
+  nftables  # nft -c checks the host_firewall role's rendered ruleset (unit test)
 )
 
 log() { printf '[setup] %s\n' "$*"; }

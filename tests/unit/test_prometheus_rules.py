@@ -79,6 +79,31 @@ def test_scrape_config_covers_every_replica_and_exporter(rendered: dict[str, Pat
     assert "dcgm" not in jobs  # no host of the example runs DCGM exporter
 
 
+def test_scrape_follows_the_exporters_listen_address_and_the_gateways_tls(
+        tmp_path: Path) -> None:
+    """Exporters listen where gpu_metrics_listen_address says (a wildcard: the host's
+    ansible_host, as before); a gateway with TLS is read over HTTPS."""
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example",
+                 {"gpu_metrics_listen_address": "fd00::7", "gpu_metrics_dcgm_exporter": True,
+                  "engine_gateway_tls_certificate": "-----BEGIN CERTIFICATE-----"})
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert {t for sc in jobs["node"]["static_configs"] for t in sc["targets"]} == {"[fd00::7]:9100"}
+    assert {t for sc in jobs["dcgm"]["static_configs"] for t in sc["targets"]} == {"[fd00::7]:9400"}
+    assert {sc["labels"].get("__scheme__") for sc in jobs["gateway"]["static_configs"]} == {"https"}
+    (tmp_path / "wildcard").mkdir()
+    wildcard = render(tmp_path / "wildcard", "0.32.0", ROOT / "inventories" / "example",
+                      {"gpu_metrics_listen_address": "0.0.0.0"})
+    config = yaml.safe_load((wildcard / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert "h200-a.gpu.example.internal:9100" in jobs["node"]["static_configs"][0]["targets"]
+    assert "__scheme__" not in jobs["gateway"]["static_configs"][0]["labels"]
+    check = dict(config, rule_files=[])
+    (wildcard / "check.yml").write_text(yaml.safe_dump(check))
+    result = promtool("check", "config", str(wildcard / "check.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def _unit_test(rendered: Path, name: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     text = (PROMTOOL_TESTS / name).read_text().replace("RULES", str(rendered / "vllm.yml"))
     test_file = tmp / name

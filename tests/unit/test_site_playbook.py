@@ -64,7 +64,7 @@ def test_every_stage_has_its_tag(tmp_path: Path) -> None:
         if match:
             tags |= {t.strip() for t in match[1].split(",")}
     assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "gate",
-            "restarts"} <= tags
+            "restarts", "firewall"} <= tags
 
 
 def test_local_prestaged_model_matches_its_lock() -> None:
@@ -154,3 +154,19 @@ def test_later_stages_packages_install_during_pip_and_configure_after_the_engine
     assert unit < index_of(tasks, "prometheus_server : Wait until Prometheus is ready") < verified
     plays = run_site(two_host_inventory(tmp_path), "--list-hosts").stdout
     assert re.search(r"play #3 \(prometheus_servers:!vllm_servers\)", plays), plays
+
+
+def test_firewall_preflight_runs_in_the_plan_and_the_allowlist_after_the_ports_exist(
+        tmp_path: Path) -> None:
+    """The allowlist's lists are checked before any host is touched; it is loaded once the
+    gateway and the exporters are configured, and before the handlers and the verify."""
+    tasks = listed_tasks(two_host_inventory(tmp_path))
+    preflight = index_of(tasks, "host_firewall : Refuse malformed client lists")
+    driver = index_of(tasks, "nvidia_driver : ")
+    assert preflight < driver
+    load = index_of(tasks, "host_firewall : Load the allowlist")
+    assert index_of(tasks, "engine_gateway : Configure the gateway") < load
+    assert index_of(tasks, "gpu_metrics : Point node exporter") < load
+    assert load < index_of(tasks, "vllm_server : Wait for each replica's /health", last=True)
+    assert index_of(tasks, "host_firewall : Refuse an allowlist that would drop") < index_of(
+        tasks, "host_firewall : Render the allowlist")

@@ -4,8 +4,28 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
+import testinfra
+
+_MOLECULE = str(Path(__file__).resolve().parents[2])  # the in-host HTTP helper
+if _MOLECULE not in sys.path:
+    sys.path.insert(0, _MOLECULE)
+
+from host_http import request_in_host  # noqa: E402
+
+# The peer container is only a vantage point on the test network (see its tests below).
+PEER = "monitoring-peer-debian12"
+
+
+@pytest.fixture(scope="module")
+def host() -> Any:
+    """The monitored host only (testinfra would run each test on every container)."""
+    return testinfra.get_host("podman://monitoring-debian12")
 
 
 def _get(host: Any, url: str) -> Any:
@@ -39,9 +59,16 @@ def test_collector_writes_the_textfile(host: Any) -> None:
     assert 'nvidia_vram_collector_up{error=""} 1' in prom.content_string
 
 
+def _address(host: Any) -> str:
+    """The host's address on the test network (its inventory name, in its /etc/hosts)."""
+    return str(host.check_output(
+        "python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))'"))
+
+
 def test_node_exporter_serves_gpu_memory(host: Any) -> None:
     metrics = host.check_output("python3 -c \"import urllib.request;print(urllib.request"
-                                ".urlopen('http://127.0.0.1:9100/metrics').read().decode())\"")
+                                f".urlopen('http://{_address(host)}:9100/metrics').read()"
+                                ".decode())\"")
     assert "node_cpu_seconds_total" in metrics
     assert 'nvidia_gpu_memory_used_bytes{gpu="0"' in metrics
 
@@ -133,3 +160,26 @@ def test_a_stopped_exporter_raises_a_ticket(host: Any) -> None:
     assert alerts, "NodeExporterDown never reached the webhook receiver's /ticket"
     assert alerts[0]["labels"]["job"] == "node"
     assert alerts[0]["labels"]["instance"].endswith(":9100")
+
+
+def _listeners(host: Any, port: int) -> list[str]:
+    return [line.split()[3] for line in host.run("ss -Hltn").stdout.splitlines()
+            if line.split()[3].endswith(f":{port}")]
+
+
+def test_exporter_listens_on_its_address_and_prometheus_on_loopback(host: Any) -> None:
+    """gpu_metrics_listen_address (default the host's address, where Prometheus scrapes);
+    Prometheus and Alertmanager on 127.0.0.1 (prometheus_server's defaults)."""
+    assert _listeners(host, 9100) == [f"{_address(host)}:9100"]
+    assert _listeners(host, 9090) == ["127.0.0.1:9090"]
+    assert _listeners(host, 9093) == ["127.0.0.1:9093"]
+
+
+def test_from_another_machine_only_node_exporter_answers(host: Any) -> None:
+    peer = testinfra.get_host(f"podman://{PEER}")
+    address = _address(host)
+    status, body = request_in_host(peer, f"http://{address}:9100/metrics")
+    assert status == 200 and "node_cpu_seconds_total" in body
+    for port in (9090, 9093):
+        status, body = request_in_host(peer, f"http://{address}:{port}/-/ready")
+        assert status == 0 and "refused" in body, (port, status, body)
