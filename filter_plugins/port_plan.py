@@ -57,10 +57,9 @@ PORT_VARIABLES: dict[str, str] = {
     "engine_gateway_metrics_port": "engine_gateway",
     "engine_gateway_bind_address": "engine_gateway",
     "gpu_metrics_node_exporter_port": "gpu_metrics",
+    "gpu_metrics_listen_address": "gpu_metrics",
     "gpu_metrics_dcgm_exporter": "gpu_metrics",
-    # DCGM exporter has no port variable of its own (its package listens on :9400): the
-    # port Prometheus scrapes it on is the one it must listen on.
-    "prometheus_server_dcgm_exporter_port": "prometheus_server",
+    "gpu_metrics_dcgm_exporter_port": "gpu_metrics",
     "prometheus_server_listen_address": "prometheus_server",
     "prometheus_server_alertmanager": "prometheus_server",
     "prometheus_server_alertmanager_listen_address": "prometheus_server",
@@ -72,6 +71,10 @@ IGNORED: dict[str, str] = {
         "where Prometheus scrapes the engines (engine_gateway_metrics_port listens)",
     "prometheus_server_node_exporter_port":
         "where Prometheus scrapes node exporter (gpu_metrics_node_exporter_port listens)",
+    "prometheus_server_dcgm_exporter_port":
+        "where Prometheus scrapes DCGM exporter (gpu_metrics_dcgm_exporter_port listens)",
+    "host_firewall_ssh_port":
+        "the port sshd already listens on, for the allowlist; no role binds it",
 }
 
 
@@ -104,7 +107,9 @@ def _host_port(value: object, variable: str) -> tuple[str, int]:
 
 def _address(value: object) -> str:
     text = str(value if value is not None else "").strip()
-    if text in WILDCARDS:
+    # A role default still unrendered ("{{ ansible_host ... }}") is the host's own address,
+    # unknown here: counted as every interface, so a clash on that port is still found.
+    if text in WILDCARDS or "{{" in text:
         return ""
     return LOOPBACK_NAMES.get(text, text)
 
@@ -145,15 +150,17 @@ def port_plan(replicas: Iterable[Mapping[str, Any]], values: Mapping[str, Any],
               "a port such as 9180"),
         gateway_address, "engine_gateway_metrics_port", "the engine gateway (metrics)",
         "engine_gateway"))
+    exporter_address = _address(get("gpu_metrics_listen_address"))
     listeners.append(Listener(
         _port(get("gpu_metrics_node_exporter_port"), "gpu_metrics_node_exporter_port",
               "a port such as 9100"),
-        "", "gpu_metrics_node_exporter_port", "node exporter", "gpu_metrics"))
+        exporter_address, "gpu_metrics_node_exporter_port", "node exporter", "gpu_metrics"))
     if _bool(get("gpu_metrics_dcgm_exporter")):
         listeners.append(Listener(
-            _port(get("prometheus_server_dcgm_exporter_port"),
-                  "prometheus_server_dcgm_exporter_port", "9400, DCGM exporter's own"),
-            "", "prometheus_server_dcgm_exporter_port", "DCGM exporter", "gpu_metrics"))
+            _port(get("gpu_metrics_dcgm_exporter_port"), "gpu_metrics_dcgm_exporter_port",
+                  "a port such as 9400"),
+            exporter_address, "gpu_metrics_dcgm_exporter_port", "DCGM exporter",
+            "gpu_metrics"))
     if prometheus_server:
         host, port = _host_port(get("prometheus_server_listen_address"),
                                 "prometheus_server_listen_address")

@@ -56,8 +56,9 @@ def test_every_port_default_of_every_role_is_listed_or_ignored() -> None:
 
 
 def test_every_listed_variable_is_a_default_of_its_role() -> None:
-    for name, role in {**PORT_VARIABLES, **{n: n.split("_server_")[0] + "_server"
-                                            for n in IGNORED}}.items():
+    roles = sorted((p.name for p in ROLES.iterdir()), key=len, reverse=True)
+    owners = {n: next(r for r in roles if n.startswith(r + "_")) for n in IGNORED}
+    for name, role in {**PORT_VARIABLES, **owners}.items():
         defaults = yaml.safe_load((ROLES / role / "defaults/main.yml").read_text())
         assert name in defaults, (name, role)
 
@@ -67,7 +68,7 @@ def test_defaults_on_a_prometheus_server() -> None:
     assert where(listeners) == {
         "vLLM replica vllm-0": ("127.0.0.1", 8000), "vLLM replica vllm-1": ("127.0.0.1", 8001),
         "the engine gateway (clients)": ("", 8080), "the engine gateway (metrics)": ("", 9180),
-        "node exporter": ("", 9100), "Prometheus": ("", 9090),
+        "node exporter": ("", 9100), "Prometheus": ("127.0.0.1", 9090),
         "Alertmanager": ("127.0.0.1", 9093)}
     assert port_clashes(listeners, "h") == []
 
@@ -83,9 +84,9 @@ def test_replica_on_prometheus_port_names_both_variables_the_host_and_free_ports
                           prometheus_server=True)
     assert port_clashes(listeners, "gpu-1") == [
         "gpu-1: vllm_plan_base_port (vLLM replica vllm-0 on 127.0.0.1:9090) and "
-        "prometheus_server_listen_address (Prometheus on *:9090) both listen on port 9090. "
-        "Fix: set vllm_plan_base_port to 9091 or prometheus_server_listen_address to "
-        "0.0.0.0:9091 (free on gpu-1), in the inventory."]
+        "prometheus_server_listen_address (Prometheus on 127.0.0.1:9090) both listen on port "
+        "9090. Fix: set vllm_plan_base_port to 9091 or prometheus_server_listen_address to "
+        "127.0.0.1:9091 (free on gpu-1), in the inventory."]
 
 
 def test_free_base_port_keeps_every_replica_clear() -> None:
@@ -156,7 +157,7 @@ def test_site_refuses_a_replica_on_prometheus_port_before_any_host(tmp_path: Pat
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert ("gpu-1.invalid: vllm_plan_base_port (vLLM replica vllm-0 on 127.0.0.1:9090) and "
-            "prometheus_server_listen_address (Prometheus on *:9090)") in out, out[-3000:]
+            "prometheus_server_listen_address (Prometheus on 127.0.0.1:9090)") in out, out[-3000:]
     assert "Fix: set vllm_plan_base_port to 9091" in out
     assert "UNREACHABLE" not in out and "PLAY [Driver, CUDA, model, engine" not in out
 
@@ -181,3 +182,18 @@ def test_plan_playbook_refuses_a_clash_too(tmp_path: Path) -> None:
     assert ("vllm_plan_base_port (vLLM replica vllm-0 on 127.0.0.1:8000) and "
             "prometheus_server_alertmanager_listen_address (Alertmanager on "
             "127.0.0.1:8000)") in out, out[-3000:]
+
+
+def test_exporters_listen_where_gpu_metrics_listen_address_says() -> None:
+    # Unset (the role's default is the host's own address, unknown on the control node):
+    # counted as every interface, so a replica on loopback:9100 is refused.
+    unset = port_plan(replicas(9100), {"vllm_plan_base_port": 9100}, ROLES)
+    assert where(unset)["node exporter"] == ("", 9100)
+    assert len(port_clashes(unset, "h")) == 1
+    # Named: node exporter and DCGM exporter on 10.0.0.5 share no socket with loopback.
+    named = port_plan(replicas(9100), {"vllm_plan_base_port": 9100,
+                                       "gpu_metrics_listen_address": "10.0.0.5",
+                                       "gpu_metrics_dcgm_exporter": True}, ROLES)
+    assert where(named)["node exporter"] == ("10.0.0.5", 9100)
+    assert where(named)["DCGM exporter"] == ("10.0.0.5", 9400)
+    assert port_clashes(named, "h") == []
