@@ -210,7 +210,9 @@ def test_copy_file_reflinks_or_copies(tmp_path: Path) -> None:
         copy_file(src, tmp_path / "dst")
 
 
-def test_a_hard_linked_live_file_is_damage(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+def test_a_hard_linked_live_file_is_damage(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
     root, files = model
     stamp = tmp_path / "stamp.json"
     assert verify_dir(root, files, stamp).ok

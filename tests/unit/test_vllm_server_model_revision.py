@@ -20,7 +20,7 @@ def render(template: str, **overrides: Any) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
                              keep_trailing_newline=True)
     env.filters["to_json"] = json.dumps
-    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
+    env.filters["bool"] = lambda v: v is True or str(v).lower() in ("1", "true", "yes")
     variables = {k: v for k, v in DEFAULTS.items() if not (isinstance(v, str) and "{{" in v)}
     variables.update(ansible_managed="managed", vllm_server_model_revision="",
                      vllm_server_api_key="",
@@ -39,8 +39,10 @@ def test_the_env_file_names_the_revision_so_a_new_one_changes_it() -> None:
 
 
 def test_the_revision_defaults_to_model_artifacts_and_a_repair_restarts_all() -> None:
-    assert DEFAULTS["vllm_server_model_revision"] == "{{ model_artifacts_revision | default('') }}"
-    assert DEFAULTS["vllm_server_model_replaced"] == "{{ model_artifacts_repaired | default(false) }}"
+    assert DEFAULTS["vllm_server_model_revision"] == \
+        "{{ model_artifacts_revision | default('') }}"
+    assert DEFAULTS["vllm_server_model_replaced"] == \
+        "{{ model_artifacts_repaired | default(false) }}"
     configure = yaml.safe_load((ROLE / "tasks/configure.yml").read_text())
     replaced = [t for t in configure if t.get("when") == "vllm_server_model_replaced | bool"]
     assert replaced and "vllm_server_replicas | map(attribute='name')" in \
@@ -53,5 +55,6 @@ def test_the_unit_checks_the_live_model_before_every_start(enabled: bool) -> Non
     pre = "ExecStartPre=/usr/local/bin/vllm-model-check /srv/vllm/models/m/current"
     assert (pre in unit) is enabled
     if enabled:  # before the engine, as the unit's user (no '+' prefix)
-        assert unit.index(pre) < next(i for i, line in enumerate(unit) if line.startswith("ExecStart="))
+        start = next(i for i, line in enumerate(unit) if line.startswith("ExecStart="))
+        assert unit.index(pre) < start
     assert DEFAULTS["vllm_server_model_check"] is True
