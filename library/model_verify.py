@@ -10,18 +10,26 @@ Plain typed functions hold the logic (``verify_dir``, ``preflight``, ``promote``
   (``remove_bad``) so they can never be promoted, and files not in the lock are removed
   (``prune``). Hashing runs in a process pool, up to the host's cores.
 * ``preflight``: free space on the model filesystem >= locked bytes not yet present + margin.
-* ``stage``: fill a staging directory from a pre-staged directory (hard links, else copies).
+* ``stage``: fill a staging directory from a pre-staged directory: each file is copied
+  (a reflink where the filesystem shares blocks copy-on-write, else a plain copy), never
+  hard-linked, so editing the pre-staged file cannot change the live model.
+* ``repair``: rename each re-staged, verified file of a staging directory over the damaged
+  one in ``<root>/<commit>`` (atomic per file).
 * ``promote``: rename a verified staging directory to ``<root>/<commit>`` and switch the
   ``current`` symlink by renaming a temporary symlink over it; keep ``keep`` revisions;
   return the text of ``read`` (e.g. ``config.json``) in the live revision.
 
 ``verify`` with ``absent_ok`` reports ``exists: false`` for a missing directory instead of
-failing, so one call both finds and checks an installed revision.
+failing, so one call both finds and checks an installed revision; with ``damage_ok`` it
+reports the damaged files (``damaged``: path and why) instead of failing, for the role to
+repair them. A locked file with more than one name (a hard link an older release made from
+the pre-staged directory) counts as damaged: another name could change the live bytes.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -38,7 +46,7 @@ short_description: Verify model files against a sha256 lock, stage them and swit
 options:
   action:
     type: str
-    choices: [verify, preflight, stage, promote]
+    choices: [verify, preflight, stage, promote, repair]
     required: true
   path:
     description: The directory to verify, stage into or promote (a staging directory).
@@ -89,10 +97,22 @@ options:
   read:
     description: For promote, a file in the live revision whose text to return (as read).
     type: str
+  damage_ok:
+    description: For verify, report damaged files (damaged) instead of failing.
+    type: bool
+    default: false
+  repair_paths:
+    description: For repair, the locked paths to rename from path (staging) into root/commit.
+    type: list
+    elements: str
+    default: []
 """
 
 BUF = 1 << 20
 STAMP_VERSION = 1
+# ioctl(dest_fd, FICLONE, src_fd): share the source's blocks copy-on-write (btrfs, XFS with
+# reflink, bcachefs, ...); other filesystems answer EOPNOTSUPP/EXDEV/EINVAL.
+FICLONE = 0x40049409
 
 
 class LockedFile(TypedDict):
@@ -182,6 +202,15 @@ class Report:
     def ok(self) -> bool:
         return not self.missing and not self.bad
 
+    @property
+    def damaged(self) -> list[dict[str, str]]:
+        """Each missing or bad file: its locked path and why."""
+        out = [{"path": m, "why": "missing"} for m in self.missing]
+        for entry in self.bad:
+            path, why = entry.split(": ", 1)
+            out.append({"path": path, "why": why})
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked,
@@ -193,6 +222,7 @@ class Report:
             "removed": self.removed,
             "pruned": self.pruned,
             "stamp_changed": self.stamp_changed,
+            "damaged": self.damaged,
         }
 
 
@@ -239,6 +269,12 @@ def verify_dir(
             continue
         if st.st_size != f["size"]:
             report.bad.append(f"{f['path']}: size {st.st_size}, the lock says {f['size']}")
+            continue
+        if st.st_nlink > 1:
+            report.bad.append(
+                f"{f['path']}: hard-linked ({st.st_nlink} names): another name, such as a"
+                " pre-staged copy, changes these bytes"
+            )
             continue
         key = stamp_key(st)
         old = stamps.get(f["path"])
@@ -317,20 +353,38 @@ def preflight(
     return facts
 
 
+def copy_file(src: Path, dst: Path) -> str:
+    """Copy SRC to a new file DST: a reflink where the filesystem can, else a plain copy.
+
+    Never a hard link: the copy is a file of its own, whatever later happens to SRC.
+    Returns "reflink" or "copy".
+    """
+    with open(src, "rb") as fin, open(dst, "xb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+            return "reflink"
+        except OSError:
+            pass
+        shutil.copyfileobj(fin, fout, BUF)
+    return "copy"
+
+
 def stage(
     source: Path, dest: Path, files: Sequence[LockedFile], dry_run: bool = False
 ) -> list[str]:
-    """Link (or copy) locked files from a pre-staged SOURCE into DEST; return those added."""
+    """Copy (reflink where possible) locked files from a pre-staged SOURCE into DEST; return
+    those added. A DEST file that is a hard link of its SOURCE (an older release's staging)
+    is copied again."""
     added: list[str] = []
     absent = [f["path"] for f in files if not (source / f["path"]).is_file()]
     if absent:
         raise VerifyError(f"the pre-staged directory {source} lacks: " + ", ".join(absent))
     for f in files:
         src, dst = source / f["path"], dest / f["path"]
-        if dst.is_file() and os.path.samefile(src, dst):
-            continue
         if (
             dst.is_file()
+            and not os.path.samefile(src, dst)
+            and dst.stat().st_nlink == 1
             and dst.stat().st_size == f["size"]
             and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns
         ):
@@ -341,12 +395,32 @@ def stage(
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.stage")
         tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
+        copy_file(src, tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, dst)
     return added
+
+
+def repair(
+    staging: Path, target: Path, paths: Sequence[str], dry_run: bool = False
+) -> list[str]:
+    """Rename each of PATHS from STAGING (re-staged and verified) over the damaged file in
+    TARGET, one atomic rename per file; return the paths replaced."""
+    if dry_run:
+        return list(paths)
+    absent = [p for p in paths if not (staging / p).is_file()]
+    if absent:
+        raise VerifyError(f"the re-staged directory {staging} lacks: " + ", ".join(absent))
+    for rel in paths:
+        dst = target / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / rel, dst)
+        fd = os.open(dst.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return list(paths)
 
 
 def promote(
@@ -393,6 +467,7 @@ def promote(
         result["changed"] = True
         if not dry_run:
             shutil.rmtree(old)
+            (root / ".locks" / f"{old.name}.json").unlink(missing_ok=True)
     return result
 
 
@@ -417,7 +492,7 @@ def main() -> None:
         argument_spec={
             "action": {
                 "type": "str",
-                "choices": ["verify", "preflight", "stage", "promote"],
+                "choices": ["verify", "preflight", "stage", "promote", "repair"],
                 "required": True,
             },
             "path": {"type": "path", "required": True},
@@ -435,6 +510,8 @@ def main() -> None:
             "keep": {"type": "int", "default": 2},
             "absent_ok": {"type": "bool", "default": False},
             "read": {"type": "str"},
+            "damage_ok": {"type": "bool", "default": False},
+            "repair_paths": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -451,6 +528,10 @@ def main() -> None:
                 path.mkdir(parents=True, exist_ok=True)
             added = stage(Path(p["source"]), path, files, dry)
             module.exit_json(changed=bool(added), added=added)
+        if p["action"] == "repair":
+            target = Path(p["root"]) / p["commit"]
+            replaced = repair(path, target, p["repair_paths"], dry)
+            module.exit_json(changed=bool(replaced), replaced=replaced)
         if p["action"] == "promote":
             result = promote(path, Path(p["root"]), p["commit"], p["keep"], dry)
             if p["read"]:
@@ -477,6 +558,8 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     result = report.as_dict()
     changed = report.stamp_changed or bool(report.removed) or bool(report.pruned)
+    if not report.ok and p["damage_ok"]:
+        module.exit_json(changed=changed, exists=True, **result)
     if not report.ok:
         problems = [f"{m}: missing" for m in report.missing] + report.bad
         module.fail_json(

@@ -13,10 +13,12 @@ from library.model_verify import (
     LockedFile,
     VerifyError,
     bytes_missing,
+    copy_file,
     hash_many,
     preflight,
     promote,
     read_live,
+    repair,
     sha256_file,
     stage,
     verify_dir,
@@ -161,14 +163,109 @@ def test_preflight_needs_missing_bytes_plus_margin(
     assert preflight(root, files, [root], 1 << 60)["needed_bytes"] == 0
 
 
-def test_stage_links_prestaged_files(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
+def test_stage_copies_prestaged_files(model: tuple[Path, list[LockedFile]], tmp_path: Path) -> None:
     root, files = model
     dest = tmp_path / "dest"
     assert stage(root, dest, files) == sorted(f["path"] for f in files)
-    assert os.path.samefile(root / "a.safetensors", dest / "a.safetensors")
+    assert not os.path.samefile(root / "a.safetensors", dest / "a.safetensors")
+    assert os.stat(dest / "a.safetensors").st_nlink == 1
     assert stage(root, dest, files) == []
     with pytest.raises(VerifyError, match="lacks: nope.bin"):
         stage(root, dest, [*files, {"path": "nope.bin", "size": 1, "sha256": "0" * 64}])
+
+
+def test_editing_the_prestaged_file_leaves_the_staged_copy(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    dest = tmp_path / "dest"
+    stage(root, dest, files)
+    before = (dest / "config.json").read_bytes()
+    with open(root / "config.json", "r+b") as fh:  # in place, as an editor or dd would
+        fh.seek(10)
+        fh.write(b"X")
+    assert (dest / "config.json").read_bytes() == before
+    assert verify_dir(dest, files, full=True).ok
+
+
+def test_stage_replaces_a_hard_link_an_older_release_made(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    os.link(root / "config.json", dest / "config.json")
+    assert "config.json" in stage(root, dest, files)
+    assert not os.path.samefile(root / "config.json", dest / "config.json")
+
+
+def test_copy_file_reflinks_or_copies(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(3 << 20))
+    how = copy_file(src, tmp_path / "dst")
+    assert how in ("reflink", "copy")
+    assert (tmp_path / "dst").read_bytes() == src.read_bytes()
+    assert os.stat(tmp_path / "dst").st_ino != os.stat(src).st_ino
+    with pytest.raises(FileExistsError):  # never over an existing file
+        copy_file(src, tmp_path / "dst")
+
+
+def test_a_hard_linked_live_file_is_damage(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    stamp = tmp_path / "stamp.json"
+    assert verify_dir(root, files, stamp).ok
+    os.link(root / "config.json", tmp_path / "prestaged-config.json")
+    report = verify_dir(root, files, stamp)
+    assert not report.ok and report.hashed_files == 0
+    assert report.damaged == [{"path": "config.json",
+                               "why": report.bad[0].split(": ", 1)[1]}]
+    assert "hard-linked (2 names)" in report.bad[0]
+
+
+def test_damaged_lists_missing_and_bad_files(model: tuple[Path, list[LockedFile]]) -> None:
+    root, files = model
+    (root / "sub/b.safetensors").unlink()
+    with open(root / "a.safetensors", "r+b") as fh:
+        fh.write(b"Z")
+    damaged = verify_dir(root, files).damaged
+    assert [d["path"] for d in damaged] == ["sub/b.safetensors", "a.safetensors"]
+    assert damaged[0]["why"] == "missing"
+    assert damaged[1]["why"].startswith("sha256 ")
+
+
+def test_repair_renames_each_verified_file_over_the_damaged_one(
+    model: tuple[Path, list[LockedFile]], tmp_path: Path
+) -> None:
+    root, files = model
+    good = {f["path"]: (root / f["path"]).read_bytes() for f in files}
+    staging = tmp_path / "restaged"
+    (staging / "sub").mkdir(parents=True)
+    (staging / "sub/b.safetensors").write_bytes(good["sub/b.safetensors"])
+    (root / "sub/b.safetensors").write_bytes(b"tampered")
+    other = os.stat(root / "a.safetensors").st_ino
+    assert repair(staging, root, ["sub/b.safetensors"], dry_run=True) == ["sub/b.safetensors"]
+    assert (root / "sub/b.safetensors").read_bytes() == b"tampered"
+    assert repair(staging, root, ["sub/b.safetensors"]) == ["sub/b.safetensors"]
+    assert (root / "sub/b.safetensors").read_bytes() == good["sub/b.safetensors"]
+    assert not (staging / "sub/b.safetensors").exists()
+    assert os.stat(root / "a.safetensors").st_ino == other  # the others untouched
+    assert verify_dir(root, files, full=True).ok
+    with pytest.raises(VerifyError, match="lacks: config.json"):
+        repair(staging, root, ["config.json"])
+
+
+def test_promote_prunes_the_recorded_lock_of_a_pruned_revision(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    (root / ".locks").mkdir(parents=True)
+    for commit in (COMMIT_A, COMMIT_B, "c" * 40):
+        (tmp_path / commit).mkdir()
+        (tmp_path / commit / "config.json").write_text("{}")
+        (root / ".locks" / f"{commit}.json").write_text("{}")
+        promote(tmp_path / commit, root, commit, keep=2)
+    assert sorted(p.name for p in (root / ".locks").iterdir()) == [
+        f"{COMMIT_B}.json", f"{'c' * 40}.json"]
 
 
 def test_promote_switches_atomically_and_keeps_the_previous(tmp_path: Path) -> None:

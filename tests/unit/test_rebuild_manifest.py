@@ -84,3 +84,21 @@ def test_every_kind_of_drift_is_reported(tmp_path: Path, drift: str) -> None:
 def test_manifest_diff_refuses_what_is_not_a_manifest() -> None:
     with pytest.raises(ValueError, match="manifest_diff"):
         manifest_diff(["a"], {})  # type: ignore[arg-type]
+
+
+def test_rebuild_covers_the_model_revision_the_start_check_and_the_recorded_lock() -> None:
+    """The env files (each names the model revision), the start check and the lock it reads
+    are rebuilt and compared; only the model role's volatile bookkeeping is left out."""
+    import yaml
+
+    plays = yaml.safe_load((ROOT / "playbooks/rebuild.yml").read_text())
+    play_vars = next(p for p in plays if "rebuild_paths" in p.get("vars", {}))["vars"]
+    paths = play_vars["rebuild_paths"]
+    assert "{{ _rebuild_config_dir }}" in paths and play_vars["_rebuild_config_dir"].endswith(
+        "'/etc/vllm') }}")
+    assert "/usr/local/bin/vllm-model-check" in paths
+    assert "{{ _rebuild_root }}/models" in paths
+    assert ".locks" not in play_vars["rebuild_exclude"]
+    manifest, _roots, _total = build_manifest(
+        [str(ROOT / "roles/model_artifacts/files")], play_vars["rebuild_exclude"])
+    assert any(p.endswith("vllm-model-check.py") for p in manifest)

@@ -123,3 +123,27 @@ def test_token_absent_from_logs_and_control_node(canary: str) -> None:
         text=True,
     ).stdout.split()
     assert [h for h in hits if not h.endswith("vault.yml")] == []
+
+
+@pytest.mark.parametrize("name", ["v1", "main"])
+def test_lock_recorded_for_the_start_check(host: Host, name: str) -> None:
+    locked = lock(name)
+    record = host.file(f"{ROOT}/.locks/{locked['commit']}.json")
+    assert record.user == "root" and record.mode == 0o644
+    data = json.loads(record.content_string)
+    assert data == {"version": 1, "repo_id": locked["repo_id"], "commit": locked["commit"],
+                    "files": locked["files"]}
+
+
+def test_start_check_installed_and_passes_as_an_unprivileged_user(host: Host) -> None:
+    check = host.file("/usr/local/bin/vllm-model-check")
+    assert check.user == "root" and check.mode == 0o755
+    for root in (ROOT, "/srv/vllm/models/tiny-prestaged"):
+        out = host.run(f"runuser -u nobody -- /usr/local/bin/vllm-model-check {root}/current")
+        assert out.rc == 0 and "0 hashed" in out.stdout, out.stderr
+
+
+def test_live_files_have_one_name(host: Host) -> None:
+    """Copies, never hard links: no other name can change a live byte."""
+    out = host.run("find /srv/vllm/models -type f -links +1 -printf '%p\\n'")
+    assert out.rc == 0 and out.stdout.strip() == ""
