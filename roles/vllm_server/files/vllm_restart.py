@@ -507,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     with args.log.open("a") as log:
         gateway = (Gateway(config.gateway_socket, config.backend)
                    if config.gateway_socket.is_socket() else None)
-        restarter = Restarter(config, log, gateway, args.drain_timeout, args.health_timeout)
+        restarter = Restarter(config, log, gateway, args.drain_timeout, args.health_timeout,
+                              fetch=http, system=run)
         status = act(restarter, args.mode, replicas)
     for failure in restarter.failures:
         print(failure, file=sys.stderr)
