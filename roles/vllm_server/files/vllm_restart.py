@@ -402,10 +402,10 @@ class Restarter:
             return
         self.downtime = False
         after = self.fivexx()
-        count = "an uncounted number of" if after is None or before is None \
-            else str(after - before)
-        self.log(replica, f"downtime over: the gateway answered {count} 5xx meanwhile "
-                 f"(reason: {self.config.downtime_reason})")
+        counted = (f"the gateway answered {after - before} 5xx meanwhile"
+                   if after is not None and before is not None
+                   else "no gateway counted the failed requests")
+        self.log(replica, f"downtime over: {counted} (reason: {self.config.downtime_reason})")
 
     def stop(self, replica: Replica) -> bool:
         if not self.active(replica):
