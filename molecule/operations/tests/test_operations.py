@@ -160,11 +160,28 @@ def test_the_last_serving_replica_is_refused_unless_downtime_is_accepted(host: A
 
 
 def test_a_deploy_that_changes_a_flag_restarts_both_replicas_drained(host: Any) -> None:
+    """First with vllm-1 in maintenance: vllm-0 would be the last one serving, so the deploy
+    fails and both restarts stay pending. With vllm-1 back, the same deploy (no file changes
+    any more) restarts both, drained, one at a time. No client request fails throughout."""
     before = {unit: _pid(host, unit) for unit in UNITS}
     seqs = [w for w in host.file("/srv/vllm/bin/vllm-0.sh").content_string.split() if w != "\\"]
     new = 4 if seqs[seqs.index("--max-num-seqs") + 1] != "4" else 3
     load: dict[str, Any] = {}
     with steady_load(host, load):
+        _admin(host, "set server vllm/vllm-1 state maint")
+        try:
+            refused = playbook(SCENARIO / "gateway.yml", "-e", f"operations_max_num_seqs={new}")
+        finally:
+            _admin(host, "set server vllm/vllm-1 state ready")
+        assert refused.returncode != 0, refused.stdout[-3000:]
+        assert "last replica serving on this host" in refused.stdout + refused.stderr
+        pending = host.run("ls /etc/vllm/").stdout.split()
+        assert {"vllm-0.restart-pending", "vllm-1.restart-pending"} <= set(pending), pending
+        assert {unit: _pid(host, unit) for unit in UNITS} == before
+        for _ in range(30):
+            if _status(host, "vllm-1").startswith("UP"):
+                break
+            time.sleep(1)
         run = playbook(SCENARIO / "gateway.yml", "-e", f"operations_max_num_seqs={new}")
     assert run.returncode == 0, run.stdout[-3000:]
     assert load["failed"] == 0, load
