@@ -38,12 +38,19 @@ def restart_slot(index: int, base: str = "Mon 04:00", window_minutes: int = 30,
             "label": f"{DAYS[weekday]} {rest // 60:02d}:{rest % 60:02d}"}
 
 
-def restart_replicas(plan_replicas: list[dict[str, Any]], served_model_name: str = "",
+def restart_replicas(plan_replicas: list[dict[str, Any]],
                      config_dir: str = "/etc/vllm") -> list[dict[str, Any]]:
-    """What the restart script needs of each planned replica: unit, port, model, env file."""
-    return [{"unit": f"{r['name']}.service", "port": int(r["port"]),
-             "model": served_model_name or r["plan"]["model"],
-             "env_file": f"{config_dir}/{r['name']}.env"} for r in plan_replicas]
+    """What vllm-restart needs of each planned replica: name, unit, port, the model name it
+    serves (--served-model-name in its argv, else the model path) and its env file."""
+    out = []
+    for r in plan_replicas:
+        argv = [str(a) for a in r["plan"].get("argv", [])]
+        served = (argv[argv.index("--served-model-name") + 1]
+                  if "--served-model-name" in argv[:-1] else str(r["plan"]["model"]))
+        out.append({"name": str(r["name"]), "unit": f"{r['name']}.service",
+                    "port": int(r["port"]), "model": served,
+                    "env_file": f"{config_dir}/{r['name']}.env"})
+    return out
 
 
 class FilterModule:

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """A steady stream of completions through the gateway until a stop file appears.
 
-Bounded: at most --max-seconds, two workers, requests to 127.0.0.1 only. Writes
-{"ok": N, "failed": N, "errors": [...]} to --out.
+Bounded: at most --max-seconds and --max-requests, two workers, requests to 127.0.0.1
+only; a worker pauses half a second after a failed request. Writes {"ok": N, "failed": N,
+"status": {code: N}, "errors": [...]} to --out.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ def main() -> None:
     parser.add_argument("--stop", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=600)
+    parser.add_argument("--max-requests", type=int, default=5000)
     args = parser.parse_args()
     counts = {"ok": 0, "failed": 0}
+    status: dict[str, int] = {}
     errors: list[str] = []
     lock = threading.Lock()
     deadline = time.monotonic() + args.max_seconds
@@ -37,25 +40,34 @@ def main() -> None:
         headers["Authorization"] = f"Bearer {args.key}"
 
     def worker() -> None:
-        while not args.stop.exists() and time.monotonic() < deadline:
+        while (not args.stop.exists() and time.monotonic() < deadline
+               and counts["ok"] + counts["failed"] < args.max_requests):
             request = urllib.request.Request(args.url, data=body, headers=headers)
+            code = "none"
             try:
                 with urllib.request.urlopen(request, timeout=120) as response:
                     json.loads(response.read())
+                    code = str(response.status)
                 outcome, error = "ok", ""
+            except urllib.error.HTTPError as exc:
+                code = str(exc.code)
+                outcome, error = "failed", f"{time.strftime('%H:%M:%S')} {exc}"
             except (OSError, urllib.error.URLError, ValueError) as exc:
                 outcome, error = "failed", f"{time.strftime('%H:%M:%S')} {exc}"
             with lock:
                 counts[outcome] += 1
+                status[code] = status.get(code, 0) + 1
                 if error and len(errors) < 20:
                     errors.append(error)
+            if error:
+                time.sleep(0.5)
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    args.out.write_text(json.dumps({**counts, "errors": errors}))
+    args.out.write_text(json.dumps({**counts, "status": status, "errors": errors}))
 
 
 if __name__ == "__main__":
