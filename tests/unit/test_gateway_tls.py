@@ -84,7 +84,8 @@ def render(**overrides: object) -> str:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     values = {**defaults, **yaml.safe_load((ROLE / "vars" / "main.yml").read_text()),
               "engine_gateway_api_key": "", "engine_gateway_metrics_clients": [],
-              "engine_gateway_replicas": [{"name": "vllm-0", "port": 8000}],
+              "engine_gateway_replicas": [{"name": "vllm-0", "port": 8000,
+                                           "plan": {"flags": {"max_num_seqs": 4}}}],
               "hostvars": {}, "ansible_managed": "Ansible managed", **overrides}
     return env.get_template("haproxy.cfg.j2").render(**values)
 
