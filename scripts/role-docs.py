@@ -16,6 +16,7 @@ The output depends only on the spec files: the same specs always give the same b
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -35,9 +36,21 @@ class SpecError(ValueError):
     """An argument spec the renderer cannot read."""
 
 
+ANSIBLE_CODE = re.compile(r"C\(([^()]*)\)")
+
+
 def escape_text(text: str) -> str:
-    """Plain spec text as one Markdown table cell: whitespace collapsed, markup neutralised."""
+    """Plain spec text as one Markdown table cell: whitespace collapsed, markup neutralised,
+    ansible-doc's C(code) as a code span."""
     text = " ".join(text.split())
+    out, last = [], 0
+    for match in ANSIBLE_CODE.finditer(text):
+        out += [escape_plain(text[last : match.start()]), code(match.group(1))]
+        last = match.end()
+    return "".join([*out, escape_plain(text[last:])])
+
+
+def escape_plain(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("*", "\\*").replace("|", "\\|")
 
@@ -123,7 +136,8 @@ def render(specs: Spec) -> str:
         "<!-- Generated from meta/argument_specs.yml by scripts/role-docs.py."
         f" Edit the spec, then run `{FIX}`. -->",
         "",
-        f"Main entry point: {escape_text(specs['main'].get('short_description') or 'main')}.",
+        "Variables of the main entry point"
+        f" ({escape_text(specs['main'].get('short_description') or 'main')}):",
         "",
     ]
     out += table(main) if main else ["No variables."]

@@ -56,7 +56,7 @@ argument_specs:
       demo_filter:
         type: str
         default: "{{ x | default('') }}"
-        description: Computed.
+        description: Computed by C(x | int) in C(defaults/main.yml).
   verify:
     short_description: Check the demo
     description: After the start.
@@ -79,8 +79,8 @@ EXPECTED = """\
 | `demo_gate` | dict | | no | | Gate thresholds. |
 | `demo_gate.p50_ms` | float | `500` | no | | Median below this. |
 | `demo_labels` | dict | `{team: ml, tier: a\\|b}` | no | | Labels. |
-| `demo_filter` | str | `{{ x \\| default('') }}` | no | | Computed. |
-""".replace(
+| `demo_filter` | str | `{{ x \\| default('') }}` | no | | FILTER |
+""".replace("FILTER", "Computed by `x \\| int` in `defaults/main.yml`.").replace(
     "MODE",
     "First paragraph continues on the next line.<br>"
     "Second paragraph with a pipe a\\|b and &lt;angle&gt; brackets.",
@@ -96,7 +96,7 @@ def specs() -> dict[str, object]:
 def test_render_gives_the_expected_table() -> None:
     block = role_docs.render(specs())
     assert block.startswith(role_docs.BEGIN + "\n") and block.endswith(role_docs.END + "\n")
-    assert "Main entry point: A demo role.\n\n" + EXPECTED in block
+    assert "Variables of the main entry point (A demo role):\n\n" + EXPECTED in block
 
 
 def test_render_lists_other_entry_points_without_repeating_main_rows() -> None:
