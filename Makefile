@@ -22,7 +22,7 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := action_plugins filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files roles/nvidia_driver/filter_plugins roles/host_firewall/filter_plugins
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup images lint unit oracle molecule test demo plan rebuild
+.PHONY: help setup images lint docs unit oracle molecule test demo plan rebuild
 
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
@@ -31,7 +31,8 @@ help:
 	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
-	@echo "make lint       yamllint, ansible-lint, ruff check, mypy"
+	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current"
+	@echo "make docs       regenerate each role README's variables table from its argument specs"
 	@echo "make unit       pytest tests/unit"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
@@ -47,6 +48,12 @@ lint: setup
 	ansible-lint
 	ruff check .
 	mypy $(MYPY_PATHS)
+	python3 scripts/role-docs.py --check
+
+# Each role README's variables table is generated from its meta/argument_specs.yml (between
+# the role-docs markers; the rest is written by hand). Edit the spec, then run this.
+docs: setup
+	python3 scripts/role-docs.py --write
 
 unit: setup
 	@rc=0; pytest tests/unit || rc=$$?; \
