@@ -199,6 +199,8 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
             if raw.get("max_num_seqs") is not None else None)
     batched = _max_num_batched_tokens(raw.get("max_num_batched_tokens"), chunked, max_model_len)
     kv_mem = _kv_cache_memory_bytes(raw.get("kv_cache_memory_bytes"), engine)
+    if seqs is not None and batched is not None and batched < seqs:
+        raise batched_below_seqs(batched, seqs)  # the plan checks the max_num_seqs it picks
     return PlanOptions(
         engine=engine, vllm_version=version, served_model_name=served_model_name, gpu=gpu,
         tensor_parallel_size=tp, gpu_memory_utilization=util,
@@ -502,6 +504,11 @@ def _max_num_batched_tokens(value: object, chunked: bool, max_model_len: int) ->
                         "prefill off, so vLLM refuses to start",
                         "enable chunked prefill or raise max_num_batched_tokens")
     return batched
+
+
+def batched_below_seqs(batched: int, seqs: int) -> PlanError:
+    return PlanError("max_num_batched_tokens", f"{batched} is below max_num_seqs {seqs}",
+                     "vLLM needs max_num_batched_tokens >= max_num_seqs")
 
 
 def _kv_cache_memory_bytes(value: object, engine: EngineTraits) -> int | None:

@@ -28,6 +28,7 @@ from .options import (
     FlagValue,
     PlanOptions,
     Workload,
+    batched_below_seqs,
     check_names,
     parse_options,
 )
@@ -269,8 +270,7 @@ def size(geo: Geometry, o: PlanOptions) -> Sizing:
         batched = seqs
         unit = _with_batched(geo, o, unit, batched, seq_len)
     if o.max_num_batched_tokens is not None and batched < seqs:
-        raise PlanError("max_num_batched_tokens", f"{batched} is below max_num_seqs {seqs}",
-                        "vLLM needs max_num_batched_tokens >= max_num_seqs")
+        raise batched_below_seqs(batched, seqs)  # the max_num_seqs the planner picked
     num_blocks = pool // unit.block_bytes
     ctx = _fit_context(geo, o, unit, num_blocks, seq_len, seqs)
     blocks_at_max_len = (unit.layout.blocks_per_request(ctx.max_model_len)

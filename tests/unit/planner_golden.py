@@ -11,7 +11,8 @@ the error text (PlanError / HazardError with its plan and table).
     python tests/unit/planner_golden.py --write-golden         # regenerate it, deliberately
     python tests/unit/planner_golden.py --select-inputs calls.pkl  # refresh inputs.json
     python tests/unit/planner_golden.py --dump OUT.json [--calls calls.pkl]
-        # every config x every option set (and pickled recorded calls) for a before/after diff
+        # every config x every option set, the golden's cases, every pair of option errors
+        # (and pickled recorded calls): for a before/after diff
 
 tests/unit/test_planner_golden.py runs the same comparison under pytest.
 """
@@ -81,6 +82,145 @@ PLAIN_SETS: dict[str, dict[str, Any]] = {
 }
 
 
+Q7B = "tests/data/configs/Qwen__Qwen2.5-7B-Instruct.json"
+NEXT = "tests/data/configs-hybrid/Qwen3-Next-80B-A3B-Instruct.json"
+GEMMA3 = "tests/data/configs/google__gemma-3-27b-it.json"
+FP8 = "inventories/example/models/Qwen3.5-397B-A17B-FP8/config.json"
+WORKLOAD = {"prompt_tokens_p50": 1200, "prompt_tokens_p95": 6000, "output_tokens_p50": 300,
+            "output_tokens_p95": 1200, "concurrency": 64}
+BASE = {"gpu": "H200", "tensor_parallel_size": 2}
+# One invalid option each: (case, config file or None for Qwen2.5-72B, options on top of
+# BASE, the field the error names). "sized": found only once the plan is sized.
+OPTION_ERRORS: list[tuple[str, str | None, dict[str, Any], str]] = [
+    ("unknown option", None, {"tensor_paralel_size": 2}, "tensor_paralel_size"),
+    ("vllm_version not a version", None, {"vllm_version": "latest"}, "vllm_version"),
+    ("vllm_version too old", None, {"vllm_version": "0.2.7"}, "vllm_version"),
+    ("served_model_name blank", None, {"served_model_name": " "}, "served_model_name"),
+    ("served_model_name padded", None, {"served_model_name": " q "}, "served_model_name"),
+    ("served_model_name not text", None, {"served_model_name": 7}, "served_model_name"),
+    ("gpu unknown", None, {"gpu": "B300"}, "gpu"),
+    ("gpu missing", None, {"gpu": None}, "gpu"),
+    ("gpu mapping without memory", None, {"gpu": {"name": "X1"}}, "gpu.memory_bytes"),
+    ("tp zero", None, {"tensor_parallel_size": 0}, "tensor_parallel_size"),
+    ("tp text", None, {"tensor_parallel_size": "two"}, "tensor_parallel_size"),
+    ("tp bool", None, {"tensor_parallel_size": True}, "tensor_parallel_size"),
+    ("tp does not divide heads", None, {"tensor_parallel_size": 3}, "tensor_parallel_size"),
+    ("tp vs KV heads", Q7B, {"tensor_parallel_size": 7}, "tensor_parallel_size"),
+    ("utilization above 1", None, {"gpu_memory_utilization": 1.2}, "gpu_memory_utilization"),
+    ("utilization zero", None, {"gpu_memory_utilization": 0}, "gpu_memory_utilization"),
+    ("utilization percent", None, {"gpu_memory_utilization": "88%"},
+     "gpu_memory_utilization"),
+    ("utilization bool", None, {"gpu_memory_utilization": True}, "gpu_memory_utilization"),
+    ("dtype unknown", None, {"dtype": "float33"}, "dtype"),
+    ("allow_fp8_kv_cache not bool", None, {"allow_fp8_kv_cache": "yes"}, "allow_fp8_kv_cache"),
+    ("kv_cache_dtype unknown", None, {"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
+    ("kv_cache_dtype not text", None, {"kv_cache_dtype": 8}, "kv_cache_dtype"),
+    ("kv_cache_dtype float16 too new", None,
+     {"kv_cache_dtype": "float16", "vllm_version": "0.8.5"}, "kv_cache_dtype"),
+    ("quantization contradicts", FP8, {"quantization": "awq", "tensor_parallel_size": 8},
+     "quantization"),
+    ("block_size zero", None, {"block_size": 0}, "block_size"),
+    ("block_size not offered", None, {"block_size": 24}, "block_size"),
+    ("workload not a mapping", None, {"workload": [1, 2]}, "workload"),
+    ("workload unknown key", None, {"workload": {**WORKLOAD, "p99": 1}}, "workload.p99"),
+    ("workload key missing", None,
+     {"workload": {k: v for k, v in WORKLOAD.items() if k != "concurrency"}},
+     "workload.concurrency"),
+    ("workload not a number", None, {"workload": {**WORKLOAD, "prompt_tokens_p50": "many"}},
+     "workload.prompt_tokens_p50"),
+    ("workload p95 below p50", None, {"workload": {**WORKLOAD, "output_tokens_p95": 10}},
+     "workload.output_tokens_p95"),
+    ("hazard_overrides not a mapping", None, {"hazard_overrides": ["runtime_oom"]},
+     "hazard_overrides"),
+    ("hazard_overrides unknown id", None, {"hazard_overrides": {"oom": "measured it ok"}},
+     "hazard_overrides.oom"),
+    ("hazard_overrides short reason", None, {"hazard_overrides": {"runtime_oom": "ok"}},
+     "hazard_overrides.runtime_oom"),
+    ("extra_flags not a mapping", None, {"extra_flags": "--seed 1"}, "extra_flags"),
+    ("extra_flags bad name", None, {"extra_flags": {"a=b": 1}}, "extra_flags.a=b"),
+    ("extra_flags api key", None, {"extra_flags": {"api-key": "s3cret"}},
+     "extra_flags.api-key"),
+    ("extra_flags owned", None, {"extra_flags": {"max_num_seqs": 4}},
+     "extra_flags.max_num_seqs"),
+    ("extra_flags gone", None, {"extra_flags": {"swap-space": 4}}, "extra_flags.swap-space"),
+    ("extra_flags no value", None, {"extra_flags": {"seed": None}}, "extra_flags.seed"),
+    ("enforce_eager not bool", None, {"enforce_eager": "yes"}, "enforce_eager"),
+    ("refuse_hazards not bool", None, {"refuse_hazards": "no"}, "refuse_hazards"),
+    ("weights_bytes not a number", None, {"weights_bytes": "big"}, "weights_bytes"),
+    ("safetensors_index not JSON", None, {"safetensors_index": "{nope"}, "safetensors_index"),
+    ("safetensors_index without total", None, {"safetensors_index": {"metadata": {}}},
+     "safetensors_index.metadata.total_size"),
+    ("speculative_config not a mapping", None, {"speculative_config": "mtp"},
+     "speculative_config"),
+    ("speculative_config unknown key", None, {"speculative_config": {"model": "x"}},
+     "speculative_config.model"),
+    ("speculative_config unknown method", None, {"speculative_config": {"method": "eagle9"}},
+     "speculative_config.method"),
+    ("speculative_config MTP without MTP layers", None,
+     {"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}},
+     "speculative_config.method"),
+    ("speculative_config tokens", None,
+     {"speculative_config": {"method": "ngram", "num_speculative_tokens": 0}},
+     "speculative_config.num_speculative_tokens"),
+    ("mamba_ssm_cache_dtype unknown", None, {"mamba_ssm_cache_dtype": "int8"},
+     "mamba_ssm_cache_dtype"),
+    ("disable_hybrid_kv_cache_manager not bool", None,
+     {"disable_hybrid_kv_cache_manager": "yes"}, "disable_hybrid_kv_cache_manager"),
+    ("enable_prefix_caching not bool", None, {"enable_prefix_caching": "yes"},
+     "enable_prefix_caching"),
+    ("speculative_config before its release", None,
+     {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+      "vllm_version": "0.8.5"}, "speculative_config"),
+    ("mamba_ssm_cache_dtype before its release", None,
+     {"mamba_ssm_cache_dtype": "float32", "vllm_version": "0.8.5"}, "mamba_ssm_cache_dtype"),
+    ("max_num_batched_tokens not a number", None, {"max_num_batched_tokens": "lots"},
+     "max_num_batched_tokens"),
+    ("enable_chunked_prefill not bool", None, {"enable_chunked_prefill": "no"},
+     "enable_chunked_prefill"),
+    ("chunked prefill off on a V1 that cannot", None,
+     {"enable_chunked_prefill": False, "vllm_version": "0.8.5"}, "enable_chunked_prefill"),
+    ("max_model_len zero", None, {"max_model_len": 0}, "max_model_len"),
+    ("max_model_len unset, model without positions", GEMMA3, {}, "max_model_len"),
+    ("linear attention on V0", NEXT, {"vllm_version": "0.6.2", "tensor_parallel_size": 4},
+     "vllm_version"),
+    ("linear attention without the hybrid manager", NEXT,
+     {"disable_hybrid_kv_cache_manager": True, "tensor_parallel_size": 4},
+     "disable_hybrid_kv_cache_manager"),
+    ("max_num_seqs zero", None, {"max_num_seqs": 0}, "max_num_seqs"),
+    ("max_num_batched_tokens zero", None, {"max_num_batched_tokens": 0},
+     "max_num_batched_tokens"),
+    ("max_num_batched_tokens below max_model_len unchunked", None,
+     {"enable_chunked_prefill": False, "max_num_batched_tokens": 4096, "max_model_len": 8192},
+     "max_num_batched_tokens"),
+    ("kv_cache_memory_bytes before its release", None,
+     {"kv_cache_memory_bytes": 1 << 34, "vllm_version": "0.8.5"}, "kv_cache_memory_bytes"),
+    ("kv_cache_memory_bytes not a number", None, {"kv_cache_memory_bytes": "lots"},
+     "kv_cache_memory_bytes"),
+    ("engine_package not text", None, {"engine_package": 5}, "engine_package"),
+    ("driver not a mapping", None, {"driver": "580"}, "driver"),
+    ("driver unknown key", None, {"driver": {"brnach": 580}}, "driver.brnach"),
+    ("driver version not text", None, {"driver": {"version": 580.1}}, "driver.version"),
+    ("driver cuda_compat not bool", None, {"driver": {"cuda_compat": "maybe"}},
+     "driver.cuda_compat"),
+    ("driver unknown source", None, {"driver": {"source": "ppa"}}, "nvidia_driver_source"),
+    # sized: the planner's max_num_seqs is only known once the pool is.
+    ("max_num_batched_tokens below max_num_seqs", None,
+     {"max_num_seqs": 64, "max_num_batched_tokens": 32}, "max_num_batched_tokens"),
+    ("max_num_batched_tokens below the planned max_num_seqs", None,
+     {"max_num_batched_tokens": 16, "max_model_len": 16}, "max_num_batched_tokens"),
+]
+SIZED = {"max_num_batched_tokens below max_num_seqs",
+         "max_num_batched_tokens below the planned max_num_seqs"}
+
+
+def error_case(ref: str | None, opts: dict[str, Any]) -> tuple[object, dict[str, Any]]:
+    """An OPTION_ERRORS row as kv_plan's arguments."""
+    from _models import QWEN25_72B
+
+    config = dict(QWEN25_72B) if ref is None else (ROOT / ref).read_text()
+    return config, {**BASE, **opts}
+
+
 def run(config: object, opts: dict[str, Any]) -> dict[str, Any]:
     """Every public output of one kv_plan call, as JSON-ready data."""
     try:
@@ -122,6 +262,22 @@ def representative() -> dict[str, tuple[object, dict[str, Any], int]]:
     cases = {name: (cfg, opts, gpus) for name, cfg, opts, gpus in _file_cases(False)}
     for index, (cfg, opts) in enumerate(json.loads(INPUTS.read_text())):
         cases[f"unit-test call {index}"] = (cfg, opts, 0)
+    for name, ref, opts, _ in OPTION_ERRORS:
+        cases[f"option error: {name}"] = (*error_case(ref, opts), 0)
+    cases.update(error_pairs(adjacent=True))
+    return cases
+
+
+def error_pairs(adjacent: bool = False) -> dict[str, tuple[object, dict[str, Any], int]]:
+    """Two faults at once (Qwen2.5-72B rows of OPTION_ERRORS): which one is reported. All
+    pairs, or (adjacent) each row with the next one: the order the faults are found in."""
+    rows = [(name, opts) for name, ref, opts, _ in OPTION_ERRORS if ref is None]
+    cases: dict[str, tuple[object, dict[str, Any], int]] = {}
+    for i, (first, a) in enumerate(rows):
+        for second, b in rows[i + 1:i + 2] if adjacent else rows[i + 1:]:
+            if a.keys() & b.keys():
+                continue
+            cases[f"two faults: {first} + {second}"] = (*error_case(None, {**a, **b}), 0)
     return cases
 
 
@@ -185,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(keep)} inputs -> {INPUTS.relative_to(ROOT)}")
     if args.dump:
         cases = {name: (cfg, opts, gpus) for name, cfg, opts, gpus in _file_cases(True)}
+        cases.update(representative())
+        cases.update(error_pairs())
         if args.calls:
             calls = pickle.loads(args.calls.read_bytes())
             cases.update({f"recorded call {i}": (cfg, opts, 0)
