@@ -2,6 +2,8 @@
 
 ``kv_plan(config, **options)`` turns a Hugging Face config.json, a GPU, tensor parallelism
 and a workload into vLLM flags that fit the KV pool, and refuses unsafe plans.
+Inside: options.parse_options validates the options into a frozen PlanOptions, and
+plan.build_plan sizes a typed, frozen Plan whose as_dict() is kv_plan's result.
 """
 
 from .errors import HazardError, PlanError

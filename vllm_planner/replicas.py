@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import PlanError
-from .plan import _positive_int, kv_plan
+from .options import positive_int
+from .plan import kv_plan
 
 
 def split_gpus(gpu_count: object, tensor_parallel_size: object = 1,
                base_port: object = 8000) -> list[dict[str, Any]]:
     """8 GPUs at TP=2 -> four replicas on ports base..base+3 with GPU sets 0,1 / 2,3 / ..."""
-    count = _positive_int(gpu_count, "gpu_count", "give the number of GPUs on the host")
-    tp = _positive_int(tensor_parallel_size, "tensor_parallel_size",
+    count = positive_int(gpu_count, "gpu_count", "give the number of GPUs on the host")
+    tp = positive_int(tensor_parallel_size, "tensor_parallel_size",
                        "use the number of GPUs one replica spans")
-    port = _positive_int(base_port, "base_port", "use a free TCP port such as 8000")
+    port = positive_int(base_port, "base_port", "use a free TCP port such as 8000")
     if count % tp:
         raise PlanError("tensor_parallel_size",
                         f"{tp} does not divide the host's {count} GPUs; "
