@@ -5,6 +5,7 @@
     {{ 8 | vllm_replicas(2, 8000) }}
     {{ plan | kv_plan_table('host / replica 0') }}
     {{ '0.32.0' | vllm_metrics }}
+    {{ ['0.9.2', '0.32.0'] | vllm_metric_selectors }}   -> PromQL selector by metric role
     {{ '550.163.01' | vllm_stack_problem(engine, source='debian', gpu='H200') }}  -> '' or why
 """
 
@@ -39,6 +40,34 @@ def vllm_metrics(version: object) -> dict[str, str]:
     return metric_names(parse_version(version))
 
 
+# Histogram roles: their _bucket series get a selector of their own.
+HISTOGRAM_ROLES = ("ttft", "e2e_latency")
+
+
+def vllm_metric_selectors(versions: object) -> dict[str, str]:
+    """PromQL selectors, by metric role, of what every given vLLM release exports: the metric
+    name where the releases agree, else {__name__=~"a|b"} (a fleet mid-upgrade: each replica
+    exports one of the names, so the rules cover both). Histograms also as <role>_bucket."""
+    listed = [versions] if isinstance(versions, str) else list(versions or [])  # type: ignore[call-overload]
+    if not listed:
+        raise PlanError("vllm_server_version", "no vLLM release to write the rules for. Fix: "
+                        "put the engine hosts in prometheus_server_engine_group")
+    tables = [metric_names(parse_version(v)) for v in listed]
+    names: dict[str, list[str]] = {}
+    for table in tables:
+        for role, name in table.items():
+            names.setdefault(role, [])
+            if name not in names[role]:
+                names[role].append(name)
+        for role in HISTOGRAM_ROLES:
+            bucket = table[role] + "_bucket"
+            names.setdefault(role + "_bucket", [])
+            if bucket not in names[role + "_bucket"]:
+                names[role + "_bucket"].append(bucket)
+    return {role: found[0] if len(found) == 1 else '{__name__=~"' + "|".join(sorted(found)) + '"}'
+            for role, found in names.items()}
+
+
 def vllm_stack_problem(driver_version: object, engine: object, source: str = "nvidia_repo",
                        gpu: str | None = None, cuda_compat: bool = False) -> str:
     """'' when the driver (version) can run the engine the plan described (vllm_plan's fact
@@ -71,8 +100,8 @@ def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FilterModule:
-    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table, vllm_metrics and
-    vllm_stack_problem."""
+    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table, vllm_metrics,
+    vllm_metric_selectors and vllm_stack_problem."""
 
     def filters(self) -> dict[str, Any]:
         return {
@@ -81,5 +110,6 @@ class FilterModule:
             "vllm_replicas": _named_errors(split_gpus),
             "kv_plan_table": _named_errors(plan_table),
             "vllm_metrics": _named_errors(vllm_metrics),
+            "vllm_metric_selectors": _named_errors(vllm_metric_selectors),
             "vllm_stack_problem": _named_errors(vllm_stack_problem),
         }

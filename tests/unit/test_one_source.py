@@ -62,3 +62,14 @@ def test_the_engine_root_reaches_benchmark_and_model_artifacts(tmp_path: Path) -
     assert moved == {"python": "/opt/engine/venv/bin/python", "models": "/opt/engine/models/m"}
     alone = render(tmp_path, files, exprs, model_artifacts_name="m")
     assert alone == {"python": "/srv/vllm/venv/bin/python", "models": "/srv/vllm/models/m"}
+
+
+def test_the_firewall_admits_the_exporters_own_ports(tmp_path: Path) -> None:
+    """host_firewall's metrics ports are gpu_metrics' and engine_gateway's variables (their
+    roles' defaults where unset): a moved DCGM exporter is admitted where it listens."""
+    files = ["roles/host_firewall/defaults/main.yml"]
+    exprs = {"ports": "host_firewall_metrics_ports"}
+    assert render(tmp_path, files, exprs) == {"ports": [9100, 9180]}
+    moved = render(tmp_path, files, exprs, gpu_metrics_dcgm_exporter=True,
+                   gpu_metrics_dcgm_exporter_port=9411, gpu_metrics_node_exporter_port=9101)
+    assert moved == {"ports": [9101, 9180, 9411]}
