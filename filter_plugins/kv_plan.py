@@ -3,6 +3,7 @@
     {{ config | kv_plan(gpu='H200', tensor_parallel_size=2, workload=...) }}
     {{ config | kv_plan_replicas(8, 8000, tensor_parallel_size=2, gpu='H100-SXM') }}
     {{ 8 | vllm_replicas(2, 8000) }}
+    {{ hostvars[host] | engine_replicas }}     -> the host's replicas (its plan), one way for all
     {{ plan | kv_plan_table('host / replica 0') }}
     {{ '0.32.0' | vllm_metrics }}
     {{ ['0.9.2', '0.32.0'] | vllm_metric_selectors }}   -> PromQL selector by metric role
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,12 @@ from vllm_planner import (  # noqa: E402
     split_gpus,
 )
 from vllm_planner.stack import stack_problem  # noqa: E402
+
+_FILTERS = str(Path(__file__).resolve().parent)
+if _FILTERS not in sys.path:
+    sys.path.insert(0, _FILTERS)
+
+from role_vars import role_default  # noqa: E402
 
 
 def vllm_metrics(version: object) -> dict[str, str]:
@@ -68,6 +75,31 @@ def vllm_metric_selectors(versions: object) -> dict[str, str]:
             for role, found in names.items()}
 
 
+def engine_replicas(host_vars: Mapping[str, Any],
+                    planned_only: bool = False) -> list[dict[str, Any]]:
+    """The replicas of one engine host, read the same way by every consumer that reads
+    another host's (or its own) replica list: ``hostvars[host] | engine_replicas``.
+
+    The plan is the one source: the host's vllm_plan_replicas (the plan play's fact, each
+    replica with its plan). Where no plan ran in this run (a Prometheus-only play, a render
+    in tests), the same split the planner makes (vllm_planner.split_gpus) of the host's
+    vllm_plan_gpu_count, vllm_plan_options.tensor_parallel_size and vllm_plan_base_port
+    (vllm_plan's defaults where unset): names and ports, no plan. ``planned_only``: [] then,
+    for consumers that need each replica's plan (benchmark)."""
+    planned = host_vars["vllm_plan_replicas"] if "vllm_plan_replicas" in host_vars else None
+    if planned is not None:
+        return [dict(replica) for replica in planned]
+    if planned_only:
+        return []
+
+    def value(name: str) -> Any:
+        return host_vars[name] if name in host_vars else role_default(name)
+
+    options = value("vllm_plan_options") or {}
+    return split_gpus(value("vllm_plan_gpu_count"), options.get("tensor_parallel_size", 1),
+                      value("vllm_plan_base_port"))
+
+
 def vllm_stack_problem(driver_version: object, engine: object, source: str = "nvidia_repo",
                        gpu: str | None = None, cuda_compat: bool = False) -> str:
     """'' when the driver (version) can run the engine the plan described (vllm_plan's fact
@@ -100,7 +132,7 @@ def _named_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class FilterModule:
-    """kv_plan, kv_plan_replicas, vllm_replicas, kv_plan_table, vllm_metrics,
+    """kv_plan, kv_plan_replicas, vllm_replicas, engine_replicas, kv_plan_table, vllm_metrics,
     vllm_metric_selectors and vllm_stack_problem."""
 
     def filters(self) -> dict[str, Any]:
@@ -108,6 +140,7 @@ class FilterModule:
             "kv_plan": _named_errors(kv_plan),
             "kv_plan_replicas": _named_errors(plan_replicas),
             "vllm_replicas": _named_errors(split_gpus),
+            "engine_replicas": _named_errors(engine_replicas),
             "kv_plan_table": _named_errors(plan_table),
             "vllm_metrics": _named_errors(vllm_metrics),
             "vllm_metric_selectors": _named_errors(vllm_metric_selectors),
