@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ansible.errors import AnsibleFilterError
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -35,12 +36,6 @@ from vllm_planner import (  # noqa: E402
 )
 from vllm_planner.stack import stack_problem  # noqa: E402
 
-_FILTERS = str(Path(__file__).resolve().parent)
-if _FILTERS not in sys.path:
-    sys.path.insert(0, _FILTERS)
-
-from role_vars import role_default  # noqa: E402
-
 
 def vllm_metrics(version: object) -> dict[str, str]:
     """Metric names the given vLLM release exports (for alert rules and checks)."""
@@ -57,7 +52,7 @@ def vllm_metric_selectors(versions: object) -> dict[str, str]:
     exports one of the names, so the rules cover both). Histograms also as <role>_bucket."""
     listed = [versions] if isinstance(versions, str) else list(versions or [])  # type: ignore[call-overload]
     if not listed:
-        raise PlanError("vllm_server_version", "no vLLM release to write the rules for. Fix: "
+        raise PlanError("vllm_server_version", "no vLLM release to write the rules for",
                         "put the engine hosts in prometheus_server_engine_group")
     tables = [metric_names(parse_version(v)) for v in listed]
     names: dict[str, list[str]] = {}
@@ -93,7 +88,11 @@ def engine_replicas(host_vars: Mapping[str, Any],
         return []
 
     def value(name: str) -> Any:
-        return host_vars[name] if name in host_vars else role_default(name)
+        if name in host_vars:
+            return host_vars[name]
+        # vllm_plan's own default (its literal defaults, as the role_default filter reads them).
+        defaults = yaml.safe_load((Path(_ROOT) / "roles/vllm_plan/defaults/main.yml").read_text())
+        return defaults[name]
 
     options = value("vllm_plan_options") or {}
     return split_gpus(value("vllm_plan_gpu_count"), options.get("tensor_parallel_size", 1),

@@ -15,8 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kv_plan import engine_replicas  # noqa: E402
+from kv_plan import engine_replicas, vllm_metric_selectors  # noqa: E402
 from test_prometheus_rules import PROMTOOL, render  # noqa: E402
+
+from vllm_planner import PlanError  # noqa: E402
 
 PLANNED = [{"index": 0, "name": "vllm-0", "port": 8100, "plan": {"ok": True}},
            {"index": 1, "name": "vllm-1", "port": 8101, "plan": {"ok": True}}]
@@ -70,3 +72,16 @@ def test_prometheus_scrapes_each_hosts_planned_replicas(tmp_path: Path) -> None:
     b = {sc["labels"]["instance"] for sc in vllm["static_configs"]
          if sc["labels"]["host"] == "h200-b.gpu.example.internal"}
     assert b == {"h200-b.gpu.example.internal:8000"}  # no plan here: its inputs' split
+
+
+def test_metric_selectors_of_one_release_and_of_a_fleet_mid_upgrade() -> None:
+    """(item 4) One release: plain names, as before. Two whose names differ: both, by regex."""
+    one = vllm_metric_selectors(["0.32.0", "0.32.0"])
+    assert one["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+    assert one["ttft_bucket"] == "vllm:time_to_first_token_seconds_bucket"
+    two = vllm_metric_selectors(["0.32.0", "0.6.2"])
+    assert two["kv_cache_usage"] == \
+        '{__name__=~"vllm:gpu_cache_usage_perc|vllm:kv_cache_usage_perc"}'
+    assert two["preemptions"] == "vllm:num_preemptions_total"
+    with pytest.raises(PlanError, match="prometheus_server_engine_group"):
+        vllm_metric_selectors([])
