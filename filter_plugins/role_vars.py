@@ -8,6 +8,15 @@ refuses the unknown ones, naming the closest known names:
     {{ query('ansible.builtin.varnames', '^vllm_server_') | unknown_role_vars(role_path) }}
 
 returns one line per unknown name ('' when all are known).
+
+One source for each fact: a role that consumes another role's variable defaults to it, and
+where the producer role is not in the play, to the producer role's own default, read from
+its defaults/main.yml (never a copy of its value):
+
+    engine_restarts_config: >-
+      {{ vllm_server_config_dir | default('vllm_server_config_dir' | role_default) }}/replicas.json
+    {{ hostvars[host].gpu_metrics_node_exporter_port
+       | default('gpu_metrics_node_exporter_port' | role_default) }}
 """
 
 from __future__ import annotations
@@ -47,6 +56,32 @@ def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") ->
     return messages
 
 
+ROLES_DIR = Path(__file__).resolve().parents[1] / "roles"
+
+
+class RoleDefaultError(ValueError):
+    """A variable that is no literal default of its role; the message names it."""
+
+
+def role_default(name: str, roles_dir: str | Path = ROLES_DIR) -> Any:
+    """The default of variable ``name`` in its role's defaults/main.yml; the role is the one
+    whose name (and '_') begins the variable's. Only literal defaults: a templated one would
+    depend on variables of that role's play, which the consumer does not see."""
+    roles = sorted((p.name for p in Path(roles_dir).iterdir() if p.is_dir()
+                    and name.startswith(p.name + "_")), key=len, reverse=True)
+    if not roles:
+        raise RoleDefaultError(f"{name}: no role under {roles_dir} owns this variable")
+    defaults_file = Path(roles_dir) / roles[0] / "defaults" / "main.yml"
+    defaults = yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else {}
+    if name not in (defaults or {}):
+        raise RoleDefaultError(f"{name}: not a default of role {roles[0]} ({defaults_file})")
+    value = defaults[name]
+    if "{{" in str(value) or "{%" in str(value):
+        raise RoleDefaultError(f"{name}: the default of role {roles[0]} is a template "
+                               f"({value!r}); default to the variable it names instead")
+    return value
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"unknown_role_vars": unknown_role_vars}
+        return {"unknown_role_vars": unknown_role_vars, "role_default": role_default}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -124,3 +125,26 @@ def test_gpus_that_do_not_split_into_replicas_are_refused(tmp_path: Path,
     result = run_plan(write_inventory(tmp_path, bad))
     assert result.returncode != 0
     assert "kv_plan: tensor_parallel_size: 3 does not divide the host's 2 GPUs" in result.stdout
+
+
+def _planned_release(out: str) -> set[str]:
+    return set(re.findall(r"^\s*vllm\s+([0-9][^ ]*) \(", out, re.MULTILINE))
+
+
+def test_the_plan_is_for_the_one_pin_vllm_server_version(tmp_path: Path) -> None:
+    """Issue 22, item 4: vllm_server_version (what the engine installs) feeds the planner;
+    the planner's own vllm_version option is a deprecated alias that still wins, warned."""
+    inventory = write_inventory(tmp_path, {"gpu": "H200", "tensor_parallel_size": 2})
+    result = run_plan(inventory, "-e", "vllm_server_version=0.19.1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _planned_release(result.stdout) == {"0.19.1"}
+    assert "deprecated" not in (result.stdout + result.stderr)
+    (tmp_path / "old").mkdir()
+    inventory = write_inventory(tmp_path / "old", {"gpu": "H200", "tensor_parallel_size": 2,
+                                                   "vllm_version": "0.19.1"})
+    result = run_plan(inventory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _planned_release(result.stdout) == {"0.19.1"}
+    log = " ".join((result.stdout + result.stderr).split())
+    assert "vllm_plan_options.vllm_version is deprecated" in log
+    assert "set vllm_server_version instead" in log

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from _scripts import ansible_env
+
+from vllm_planner import metric_names, parse_version
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = ROOT / "tests" / "promtool"
@@ -23,15 +26,20 @@ pytestmark = pytest.mark.skipif(PROMTOOL is None and os.environ.get("CI") != "tr
                                 reason="promtool is installed by scripts/setup.sh")
 
 
-def render(tmp: Path, version: str, inventory: Path,
-           extra: dict[str, object] | None = None) -> Path:
+def render(tmp: Path, version: str | None, inventory: Path,
+           extra: dict[str, object] | None = None,
+           host_vars: dict[str, dict[str, object]] | None = None) -> Path:
+    """The role's files for the inventory, every engine host on VERSION (None: as the
+    inventory pins it), HOST_VARS over the inventory's host variables."""
     env = ansible_env()
-    (tmp / "extra.json").write_text(json.dumps(extra or {}))
-    subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory),
-         str(PROMTOOL_TESTS / "render.yml"), "-e", f"out={tmp}",
-         "-e", f"prometheus_server_vllm_version={version}", "-e", f"@{tmp / 'extra.json'}"],
+    (tmp / "extra.json").write_text(json.dumps(
+        {**({"vllm_server_version": version} if version else {}), **(extra or {})}))
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": host_vars or {}}}))
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), "-i", str(tmp / "hosts.yml"),
+         str(PROMTOOL_TESTS / "render.yml"), "-e", f"out={tmp}", "-e", f"@{tmp / 'extra.json'}"],
         cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=300)
+    (tmp / "stdout").write_text(result.stdout + result.stderr)
     return tmp
 
 
@@ -133,6 +141,87 @@ def test_metric_names_follow_the_vllm_version(rendered: dict[str, Path], version
     result = _unit_test(rendered[version], name, tmp_path)
     assert result.returncode != 0
     assert "VllmKvPoolNearFull" in result.stdout + result.stderr
+
+
+def rule_metric_names(rules: Path) -> set[str]:
+    """Every vLLM metric name the rendered rules read (histogram series to their family)."""
+    text = rules.read_text()
+    names = set(re.findall(r"\bvllm:[a-z_]+", text))
+    return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names
+            if not n.startswith(("vllm:gpu_vram", "vllm_"))}
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.6.2"])
+def test_every_metric_the_rules_read_is_one_the_release_exports(rendered: dict[str, Path],
+                                                                version: str) -> None:
+    """Drift check (issue 22, item 4): the names the rendered rules use for release V are in
+    the planner's table for V (vllm_planner.metric_names, which the engine check in
+    molecule/site/tests/test_rule_metrics.py holds against a real engine's /metrics)."""
+    table = set(metric_names(parse_version(version)).values())
+    used = rule_metric_names(rendered[version] / "vllm.yml")
+    assert used and used <= table, used - table
+
+
+def test_a_fleet_mid_upgrade_gets_rules_for_both_releases(tmp_path: Path) -> None:
+    """Each host's vllm_server_version feeds the rules: one host still on 0.6.2 (the old KV
+    metric name) and the rest on the inventory's pin: every rule reads both names, and the
+    KV alert fires on either release's series."""
+    out = render(tmp_path, None, ROOT / "inventories" / "example",
+                 host_vars={"h200-a.gpu.example.internal": {"vllm_server_version": "0.6.2"}})
+    rules = out / "vllm.yml"
+    both = set(metric_names(parse_version("0.6.2")).values()) | set(
+        metric_names(parse_version("0.32.0")).values())
+    used = rule_metric_names(rules)
+    assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= used <= both
+    assert "Rules for vLLM 0.32.0 and 0.6.2" in rules.read_text()
+    assert promtool("check", "rules", str(rules)).returncode == 0
+    # The single-release tests' "other name" series now fires too: mid-upgrade it is a host
+    # on the other release, whose full pool must page as well.
+    text = (PROMTOOL_TESTS / "kv_pool.current.test.yml").read_text()
+    text = text.replace("exp_alerts:\n", '''exp_alerts:
+          - exp_labels: {severity: warning, job: vllm, instance: "other-name:8000"}
+            exp_annotations:
+              summary: "KV pool nearly full on other-name:8000"
+              description: "KV cache usage 99% for 5m: the next admissions preempt."
+''')
+    (tmp_path / "mixed.test.yml").write_text(text.replace("RULES", str(rules)))
+    result = promtool("test", "rules", str(tmp_path / "mixed.test.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_host_is_scraped_on_its_own_exporter_ports(tmp_path: Path) -> None:
+    """The ports come from each target host's own variables (else the producer role's
+    default), not from one prometheus_server copy."""
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example",
+                 extra={"gpu_metrics_dcgm_exporter": True},
+                 host_vars={"h200-a.gpu.example.internal": {
+                     "gpu_metrics_node_exporter_port": 9101,
+                     "gpu_metrics_dcgm_exporter_port": 9401,
+                     "engine_gateway_metrics_port": 9181, "engine_gateway_port": 8443}})
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: {t for sc in job["static_configs"] for t in sc["targets"]}
+            for job in config["scrape_configs"]}
+    a, b = "h200-a.gpu.example.internal", "h200-b.gpu.example.internal"
+    assert {f"{a}:9101", f"{b}:9100"} <= jobs["node"]
+    assert {f"{a}:9401", f"{b}:9400"} <= jobs["dcgm"]
+    assert {f"{a}:9181", f"{b}:9180"} <= jobs["vllm"]
+    assert {f"{a}:8443", f"{b}:8080"} <= jobs["gateway"]
+    assert "DEPRECATED" not in (out / "stdout").read_text().upper()
+
+
+def test_the_old_one_for_all_variables_still_work_with_a_warning(tmp_path: Path) -> None:
+    out = render(tmp_path, None, ROOT / "inventories" / "example",
+                 extra={"prometheus_server_node_exporter_port": 9111,
+                        "prometheus_server_vllm_version": "0.6.2"})
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    node = {t for job in config["scrape_configs"] if job["job_name"] == "node"
+            for sc in job["static_configs"] for t in sc["targets"]}
+    assert node and all(t.endswith(":9111") for t in node)
+    assert "Rules for vLLM 0.6.2 " in (out / "vllm.yml").read_text()
+    log = " ".join((out / "stdout").read_text().split())
+    for old, new in (("prometheus_server_node_exporter_port", "gpu_metrics_node_exporter_port"),
+                     ("prometheus_server_vllm_version", "vllm_server_version")):
+        assert f"{old} is deprecated" in log and new in log
 
 
 RECEIVERS = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 
-from _scripts import load_script  # noqa: E402
+from _scripts import ansible_env, load_script  # noqa: E402
 from restart_schedule import restart_slot  # noqa: E402
 
 vllm_restart = load_script("roles/vllm_server/files/vllm_restart.py", "vllm_restart")
@@ -447,3 +449,61 @@ def test_unknown_replicas_and_a_missing_configuration_are_usage_errors(
     assert "no replicas to restart" in capsys.readouterr().err
     assert run_main(FakeHost(None), "--config", str(tmp_path / "none.json"))[0] == 2
     assert "Fix: converge the vllm_server role" in capsys.readouterr().err
+
+
+def render_cron_job(tmp_path: Path, *roles_in_play: str, **extra: object) -> str:
+    """The weekly cron job's command line exactly as engine_restarts' cron task renders it
+    (its `job` expression, with the role's defaults and vars), by a real ansible-playbook;
+    ``roles_in_play`` adds those roles' defaults, as site.yml's play has them."""
+    role = ROOT / "roles/engine_restarts"
+    tasks = yaml.safe_load((role / "tasks/main.yml").read_text())
+    job = next(t["ansible.builtin.cron"]["job"] for t in tasks if "ansible.builtin.cron" in t)
+    files = [str(ROOT / "roles" / r / "defaults/main.yml") for r in roles_in_play]
+    files += [str(role / "defaults/main.yml"), str(role / "vars/main.yml")]
+    playbook = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+                 "vars_files": files,
+                 "tasks": [{"ansible.builtin.copy": {"content": job, "dest": str(tmp_path / "job"),
+                                                     "mode": "0644"}}]}]
+    (tmp_path / "render.yml").write_text(yaml.safe_dump(playbook))
+    (tmp_path / "extra.json").write_text(json.dumps(
+        {"ansible_python_interpreter": sys.executable, **extra}))
+    subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                    str(tmp_path / "render.yml"), "-e", f"@{tmp_path / 'extra.json'}"],
+                   cwd=ROOT, env=ansible_env(), check=True, capture_output=True, text=True,
+                   timeout=300)
+    return (tmp_path / "job").read_text()
+
+
+def test_the_cron_line_drains_through_a_moved_gateway_socket(tmp_path: Path,
+                                                              run_main: Any) -> None:
+    """Issue 22, item 2: set the documented engine_gateway_admin_socket to a non-default
+    path; the cron line engine_restarts renders, run as cron runs it, drains through it."""
+    gateway = gateway_at(tmp_path, {"vllm-0": "UP", "vllm-1": "UP"})
+    config = write_config(tmp_path)  # names HAProxy's default socket, which is not there
+    line = render_cron_job(tmp_path, "engine_gateway", "vllm_server",
+                           engine_gateway_admin_socket=str(gateway.path),
+                           vllm_server_config_dir=str(config.parent))
+    argv = shlex.split(line.split(">", 1)[0])
+    assert argv[0] == "/usr/local/sbin/vllm-restart"
+    assert f"--gateway-socket={gateway.path}" in argv and f"--config={config}" in argv
+    args = [a for a in argv[1:] if not a.startswith("--log=")]  # the log goes to tmp_path
+    code, log, _ = run_main(FakeHost(gateway), *args)
+    gateway.close()
+    assert code == 0, log
+    assert state_changes(gateway) == [
+        "set server vllm/vllm-0 state drain", "set server vllm/vllm-0 state ready",
+        "set server vllm/vllm-1 state drain", "set server vllm/vllm-1 state ready"]
+
+
+def test_without_the_producer_roles_the_cron_line_takes_their_defaults(tmp_path: Path) -> None:
+    """engine_restarts alone in a play: the paths are vllm_server's and engine_gateway's own
+    defaults (read from their defaults files, not copied into engine_restarts)."""
+    import yaml
+    line = render_cron_job(tmp_path)
+    defaults = {r: yaml.safe_load((ROOT / "roles" / r / "defaults/main.yml").read_text())
+                for r in ("vllm_server", "engine_gateway")}
+    assert f"--config={defaults['vllm_server']['vllm_server_config_dir']}/replicas.json" in line
+    assert f"--gateway-socket={defaults['engine_gateway']['engine_gateway_admin_socket']}" in line
+    for text in ((ROOT / "roles/engine_restarts" / f).read_text()
+                 for f in ("defaults/main.yml", "vars/main.yml", "tasks/main.yml")):
+        assert "/etc/vllm" not in text and "admin.sock" not in text

@@ -14,7 +14,7 @@ from _scripts import ansible_env
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 
-from role_vars import known_role_vars, unknown_role_vars  # noqa: E402
+from role_vars import RoleDefaultError, known_role_vars, role_default, unknown_role_vars  # noqa: E402
 
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())
@@ -35,6 +35,19 @@ def test_misspelt_name_is_named_with_its_close_matches() -> None:
         "vllm_server_zzzz_qqqq: unknown to role vllm_server (no known variable is close)",
     ]
     assert unknown_role_vars(["vllm_server_api_key"], role) == []
+
+
+def test_role_default_reads_the_producer_roles_defaults_file() -> None:
+    assert role_default("vllm_server_root") == "/srv/vllm"
+    assert role_default("engine_gateway_admin_socket") == "/run/haproxy/admin.sock"
+    assert role_default("gpu_metrics_node_exporter_port") == 9100
+    with pytest.raises(RoleDefaultError, match="vllm_server_nonesuch: not a default of role"):
+        role_default("vllm_server_nonesuch")
+    with pytest.raises(RoleDefaultError, match="no role .* owns"):
+        role_default("nobody_root")
+    # A templated default depends on its role's play: name the variable it reads instead.
+    with pytest.raises(RoleDefaultError, match="is a template"):
+        role_default("vllm_server_replicas")
 
 
 def _preflight(tmp: Path, role: str, tasks_from: str, *extra: str) -> str:
