@@ -71,7 +71,7 @@ total_bytes:
   description: Sum of the locked files' sizes.
   type: int
 config_file:
-  description: Where the locked config.json was stored (state=locked with O(config_file)), else empty.
+  description: Where the locked config.json was stored (with O(config_file)), else empty.
   type: str
 """
 
