@@ -28,6 +28,9 @@ description:
   - C(state=validated) reads O(lock_file) and refuses a malformed digest (not 64 hex
     characters), a missing or bad size, a duplicate or unsafe path, an unpinned revision
     (anything but a 40-hex commit) or an empty file list, naming the path of each error.
+  - With O(config_file), C(state=locked) also stores the model's C(config.json) there: the
+    bytes of the locked commit, checked against the lock's sha256 (the plan reads it;
+    roles/vllm_plan refuses a copy whose sha256 differs from the lock's).
   - O(token) is put only into this process's environment (E(HF_TOKEN)) for huggingface_hub.
 options:
   state:
@@ -54,6 +57,10 @@ options:
     type: list
     elements: str
     default: ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
+  config_file:
+    type: path
+    default: ""
+    description: Where C(state=locked) stores the locked commit's config.json; empty stores none.
 """
 
 RETURN = r"""
@@ -63,12 +70,17 @@ lock:
 total_bytes:
   description: Sum of the locked files' sizes.
   type: int
+config_file:
+  description: Where the locked config.json was stored (with O(config_file)), else empty.
+  type: str
 """
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX40 = re.compile(r"[0-9a-f]{40}")
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 LOCK_VERSION = 1
+# The file the planner reads; lock_model.yml stores it beside the lock.
+CONFIG_PATH = "config.json"
 
 
 class LockError(ValueError):
@@ -224,8 +236,34 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def locked_entry(lock: Lock, path: str) -> LockedFile | None:
+    """The lock's entry for PATH, or None."""
+    return next((f for f in lock["files"] if f["path"] == path), None)
+
+
+def config_problem(lock: Lock, data: bytes) -> str | None:
+    """Why DATA is not the config.json the lock pins (None: it is)."""
+    entry = locked_entry(lock, CONFIG_PATH)
+    if entry is None:
+        return (f"the lock has no {CONFIG_PATH}, which the plan reads: lock it (the"
+                f" patterns must match {CONFIG_PATH})")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != entry["sha256"]:
+        return (f"its sha256 is {digest}, the lock's {CONFIG_PATH} is {entry['sha256']}"
+                f" ({lock['repo_id']}@{lock['commit']})")
+    return None
+
+
 def resolve_lock(repo_id: str, revision: str, patterns: Sequence[str]) -> Lock:
     """Resolve REVISION with the Hub API (HF_ENDPOINT, HF_TOKEN from the environment)."""
+    return resolve_lock_and_config(repo_id, revision, patterns)[0]
+
+
+def resolve_lock_and_config(
+    repo_id: str, revision: str, patterns: Sequence[str]
+) -> tuple[Lock, bytes | None]:
+    """The lock of REVISION and the bytes of its config.json at the locked commit (None where
+    the patterns leave config.json out), checked against the lock's sha256."""
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.hf_api import RepoFile
 
@@ -242,18 +280,35 @@ def resolve_lock(repo_id: str, revision: str, patterns: Sequence[str]) -> Lock:
     if not chosen:
         raise LockError(f"{repo_id}@{revision}", [f"no file matches the patterns {list(patterns)}"])
     resolved: list[tuple[str, int, str]] = []
+    config: bytes | None = None
     with tempfile.TemporaryDirectory(prefix="model-lock-") as tmp:
         for path in chosen:
             entry = entries[path]
-            if entry.lfs is not None:
+            if entry.lfs is not None and path != CONFIG_PATH:
                 resolved.append((path, entry.lfs.size, entry.lfs.sha256))
                 continue
             local = hf_hub_download(repo_id, path, revision=commit, local_dir=tmp)
             size = os.path.getsize(local)
             if size != entry.size:
                 raise LockError(path, [f"downloaded {size} bytes, the Hub lists {entry.size}"])
-            resolved.append((path, size, sha256_file(Path(local))))
-    return build_lock(repo_id, revision, commit, resolved)
+            digest = sha256_file(Path(local))
+            if entry.lfs is not None and digest != entry.lfs.sha256:
+                raise LockError(path, [f"downloaded sha256 {digest}, the Hub lists"
+                                       f" {entry.lfs.sha256}"])
+            if path == CONFIG_PATH:
+                config = Path(local).read_bytes()
+            resolved.append((path, size, digest))
+    lock = build_lock(repo_id, revision, commit, resolved)
+    if config is not None and (problem := config_problem(lock, config)) is not None:
+        raise LockError(f"{repo_id}@{commit}", [f"{CONFIG_PATH}: {problem}"])
+    return lock, config
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def main() -> None:
@@ -272,6 +327,7 @@ def main() -> None:
                 "elements": "str",
                 "default": ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"],
             },
+            "config_file": {"type": "path", "default": ""},
         },
         required_if=[("state", "locked", ["repo_id"])],
         supports_check_mode=True,
@@ -300,7 +356,11 @@ def main() -> None:
                 module.fail_json(msg=f"{lock_file}: not valid YAML ({exc})")
             lock = parse_lock(data, str(lock_file))
             module.exit_json(changed=False, lock=lock, total_bytes=total_bytes(lock))
-        lock = resolve_lock(p["repo_id"], p["revision"], p["patterns"])
+        lock, config = resolve_lock_and_config(p["repo_id"], p["revision"], p["patterns"])
+        if p["config_file"] and config is None:
+            raise LockError(f"{p['repo_id']}@{lock['commit']}", [
+                f"no {CONFIG_PATH} among the locked files, so none can be stored at"
+                f" {p['config_file']}: add a pattern matching {CONFIG_PATH}"])
     except LockError as exc:
         module.fail_json(msg=str(exc), errors=exc.errors)
     except Exception as exc:  # the Hub client's errors: report them without a traceback
@@ -308,16 +368,26 @@ def main() -> None:
     text = render_lock(lock)
     before = lock_file.read_text() if lock_file.exists() else ""
     changed = before != text
-    if changed and not module.check_mode:
-        lock_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = lock_file.with_name(f".{lock_file.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, lock_file)
+    diffs = [{"before": before, "after": text, "before_header": str(lock_file)}]
+    config_file = Path(p["config_file"]) if p["config_file"] else None
+    config_changed = False
+    if config_file is not None and config is not None:
+        old = config_file.read_bytes() if config_file.exists() else b""
+        config_changed = old != config
+        diffs.append({"before": old.decode(errors="replace"),
+                      "after": config.decode(errors="replace"),
+                      "before_header": str(config_file)})
+    if not module.check_mode:
+        if changed:
+            _write_atomic(lock_file, text.encode())
+        if config_changed and config_file is not None and config is not None:
+            _write_atomic(config_file, config)
     module.exit_json(
-        changed=changed,
+        changed=changed or config_changed,
         lock=lock,
         total_bytes=total_bytes(lock),
-        diff={"before": before, "after": text, "before_header": str(lock_file)},
+        config_file=str(config_file or ""),
+        diff=diffs,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,14 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from library.model_lock import LockError, build_lock, parse_lock, render_lock, select_paths
+from library.model_lock import (
+    LockError,
+    build_lock,
+    config_problem,
+    parse_lock,
+    render_lock,
+    select_paths,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "model_artifacts"
 # The operator's notes, in shared/ beside the checkout (as laid for sessions and CI).
@@ -189,3 +197,19 @@ def test_the_notes_as_a_lock_file_is_refused_with_every_path_named() -> None:
         "(model-00005-of-00005.safetensors):",
     ]
     assert len(errors) == 12
+
+
+def test_config_problem_compares_the_bytes_with_the_locked_config() -> None:
+    data = b'{"model_type": "qwen2"}\n'
+    lock = good()
+    lock["files"][0] = {"path": "config.json", "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest()}
+    parsed = parse_lock(lock)
+    assert config_problem(parsed, data) is None
+    problem = config_problem(parsed, data + b" ")
+    assert problem is not None
+    assert problem.startswith(f"its sha256 is {hashlib.sha256(data + b' ').hexdigest()}, the"
+                              f" lock's config.json is {hashlib.sha256(data).hexdigest()}")
+    assert f"(fixture-org/tiny-qwen2@{COMMIT})" in problem
+    del lock["files"][0]
+    assert "the lock has no config.json" in str(config_problem(parse_lock(lock), data))

@@ -6,6 +6,7 @@ Each Hub operation runs in a subprocess: the client reads HF_ENDPOINT when impor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scripts import ansible_env
 
 from library.model_fetch import clean_incomplete, missing_files
 from library.model_verify import verify_dir
@@ -204,3 +206,43 @@ def test_a_killed_download_leaves_nothing_partial_and_the_next_completes(
     assert len(clean_incomplete(dest)) == len(partial)
     assert fetch(mirror, lock, dest, mirror["endpoint"]) == ""
     assert verify_dir(dest, lock["files"], prune=True).ok
+
+
+def lock_model(mirror: dict[str, Any], inventory: Path, revision: str,
+               check: bool = False) -> subprocess.CompletedProcess[str]:
+    """playbooks/lock_model.yml with the real ansible-playbook against the mirror."""
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    return subprocess.run(
+        [str(playbook), "-i", str(inventory / "hosts.yml"), str(ROOT / "playbooks/lock_model.yml"),
+         "-e", "lock_model_name=tiny", "-e", "lock_model_repo_id=fixture-org/tiny-qwen2",
+         "-e", f"lock_model_revision={revision}", "-e", f"lock_model_inventory_dir={inventory}",
+         "-e", f"lock_model_hf_endpoint={mirror['endpoint']}", *(["--check"] if check else [])],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env=ansible_env(HF_HOME=str(mirror["work"] / "hf-home")))
+
+
+def test_lock_model_stores_the_locked_config_beside_the_lock(
+    mirror: dict[str, Any], tmp_path: Path
+) -> None:
+    import yaml  # PyYAML ships with Ansible
+
+    inventory = tmp_path / "inv"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text("all: {hosts: {}}\n")
+    assert lock_model(mirror, inventory, "v1", check=True).returncode == 0
+    assert not (inventory / "models").exists(), "--check writes nothing"
+    done = lock_model(mirror, inventory, "v1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lock = yaml.safe_load((inventory / "models/tiny.lock.yml").read_text())
+    config = (inventory / "models/tiny/config.json").read_bytes()
+    entry = next(f for f in lock["files"] if f["path"] == "config.json")
+    assert hashlib.sha256(config).hexdigest() == entry["sha256"] == \
+        mirror["files_v1"]["config.json"]["sha256"]
+    assert len(config) == entry["size"]
+    assert "changed=1" in done.stdout
+    # Re-run: nothing changes; a tampered copy is put back to the locked bytes.
+    assert "changed=0" in lock_model(mirror, inventory, "v1").stdout
+    (inventory / "models/tiny/config.json").write_bytes(config + b" ")
+    again = lock_model(mirror, inventory, "v1")
+    assert "changed=1" in again.stdout
+    assert (inventory / "models/tiny/config.json").read_bytes() == config

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import shutil
 import subprocess
@@ -148,3 +150,117 @@ def test_the_plan_is_for_the_one_pin_vllm_server_version(tmp_path: Path) -> None
     log = " ".join((result.stdout + result.stderr).split())
     assert "vllm_plan_options.vllm_version is deprecated" in log
     assert "set vllm_server_version instead" in log
+
+
+# One name for the model: an inventory sets model_artifacts_name and the plan derives its
+# config (stored by lock_model.yml beside the lock), the engine's path and the served name.
+LOCAL_MODELS = ROOT / "inventories" / "local" / "models"
+SHOW_NAMES = """
+- name: Plan, then show what the engine is told
+  hosts: vllm_servers
+  connection: local
+  gather_facts: false
+  roles:
+    - role: vllm_plan
+  tasks:
+    - name: Show the argv and the name clients send
+      ansible.builtin.debug:
+        msg: "NAMES {{ {'argv': vllm_plan_replicas[0].plan.argv,
+                        'served': vllm_plan_served_name} | to_json | b64encode }}"
+"""
+
+
+def named_inventory(tmp: Path, name: str = "Tiny-Qwen2", lock: bool = True,
+                    **extra: object) -> Path:
+    """An inventory naming its model only by model_artifacts_name, with the local model's
+    config.json (and its lock) under models/."""
+    models = tmp / "inv" / "models"
+    (models / name).mkdir(parents=True)
+    shutil.copy(LOCAL_MODELS / "tiny-qwen2" / "config.json", models / name / "config.json")
+    if lock:
+        shutil.copy(LOCAL_MODELS / "tiny-qwen2.lock.yml", models / f"{name}.lock.yml")
+    options = {"gpu": "H100-SXM", "tensor_parallel_size": 1,
+               "workload": {"prompt_tokens_p50": 64, "prompt_tokens_p95": 256,
+                            "output_tokens_p50": 32, "output_tokens_p95": 128,
+                            "concurrency": 8}}
+    inventory = {"all": {"children": {"vllm_servers": {
+        "hosts": {"gpu-1.test": None},
+        "vars": {"model_artifacts_name": name, "vllm_plan_options": options, **extra}}}}}
+    path = tmp / "inv" / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def run_names(inventory: Path, tmp: Path) -> tuple[subprocess.CompletedProcess[str],
+                                                   dict[str, object]]:
+    playbook = tmp / "names.yml"
+    playbook.write_text(SHOW_NAMES)
+    result = subprocess.run(
+        [PLAYBOOK, "-i", str(inventory), str(playbook)], cwd=ROOT, env=ansible_env(),
+        capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(x for x in result.stdout.splitlines() if "NAMES " in x)
+    names: dict[str, object] = json.loads(base64.b64decode(line.split("NAMES ", 1)[1].strip()))
+    return result, names
+
+
+def test_one_name_gives_the_config_the_engine_path_and_the_served_name(tmp_path: Path) -> None:
+    result, names = run_names(named_inventory(tmp_path), tmp_path)
+    assert names["argv"][:5] == ["vllm", "serve",  # type: ignore[index]
+                                 "/srv/vllm/models/Tiny-Qwen2/current",
+                                 "--served-model-name", "tiny-qwen2"]
+    assert names["served"] == "tiny-qwen2"
+    assert ("config.json               models/Tiny-Qwen2/config.json, sha256 checked against"
+            " models/Tiny-Qwen2.lock.yml (commit 3754c24872ca)") in result.stdout
+
+
+def test_explicit_settings_still_win_over_the_derived_ones(tmp_path: Path) -> None:
+    inventory = named_inventory(tmp_path, vllm_plan_model="/data/models/q/current",
+                                vllm_plan_served_model_name="q-prod",
+                                model_artifacts_root="/data/ignored")
+    _, names = run_names(inventory, tmp_path)
+    assert names["argv"][2:5] == ["/data/models/q/current",  # type: ignore[index]
+                                  "--served-model-name", "q-prod"]
+    assert names["served"] == "q-prod"
+    # model_artifacts_root moves the derived engine path with the model stage's root.
+    _, names = run_names(named_inventory(tmp_path / "r", model_artifacts_root="/data/q"),
+                         tmp_path)
+    assert names["argv"][2] == "/data/q/current"  # type: ignore[index]
+
+
+def test_a_config_that_is_not_the_locks_is_refused_before_any_host(tmp_path: Path) -> None:
+    inventory = named_inventory(tmp_path)
+    config = inventory.parent / "models" / "Tiny-Qwen2" / "config.json"
+    config.write_text(config.read_text().replace('"num_hidden_layers": 4',
+                                                 '"num_hidden_layers": 8'))
+    result = run_plan(inventory)
+    assert result.returncode != 0
+    out = result.stdout
+    assert (f"vllm_plan_model_config_file {config} is not the config.json locked in"
+            f" {inventory.parent / 'models' / 'Tiny-Qwen2.lock.yml'}") in out
+    assert "playbooks/lock_model.yml -e lock_model_name=Tiny-Qwen2" in out
+    assert "or restore the file" in out
+    assert "Show the plan" not in out and "Traceback" not in out + result.stderr
+
+
+def test_without_a_lock_the_plan_reads_the_config_unchecked_and_says_so(tmp_path: Path) -> None:
+    result = run_plan(named_inventory(tmp_path, lock=False))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("config.json               models/Tiny-Qwen2/config.json, not checked: no lock"
+            " models/Tiny-Qwen2.lock.yml") in result.stdout
+
+
+def test_the_example_inventory_commits_no_lock_and_its_tables_say_so() -> None:
+    result = run_plan(ROOT / "inventories" / "example")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("Qwen2.5-72B-Instruct", "Qwen3.5-397B-A17B-FP8", "Qwen3-Next-80B-A3B-Instruct"):
+        assert (f"config.json               models/{name}/config.json, not checked: no lock"
+                f" models/{name}.lock.yml") in result.stdout
+
+
+def test_the_local_inventory_plans_from_its_locked_config() -> None:
+    result = run_plan(ROOT / "inventories" / "local")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("model                     /srv/vllm/models/tiny-qwen2/current" in result.stdout)
+    assert ("config.json               models/tiny-qwen2/config.json, sha256 checked against"
+            " models/tiny-qwen2.lock.yml") in result.stdout

@@ -54,6 +54,18 @@ def test_lock_files_resolved_by_lock_model(host: Host) -> None:
     assert {f["path"]: (f["size"], f["sha256"]) for f in v1["files"]} == expected
 
 
+@pytest.mark.parametrize("name", ["v1", "main"])
+def test_lock_model_stored_the_locked_config_beside_the_lock(host: Host, name: str) -> None:
+    """lock_model.yml stores models/NAME/config.json: the locked commit's bytes, whose sha256
+    is the lock's entry (the plan reads it; the host gets the same bytes)."""
+    stored = (WORK / "lockinv" / "models" / name / "config.json").read_bytes()
+    entry = next(f for f in lock(name)["files"] if f["path"] == "config.json")
+    assert hashlib.sha256(stored).hexdigest() == entry["sha256"]
+    assert len(stored) == entry["size"]
+    live = host.file(f"{ROOT}/{lock(name)['commit']}/config.json")
+    assert live.sha256sum == entry["sha256"]
+
+
 def test_current_is_main_and_v1_kept(host: Host) -> None:
     current = host.file(f"{ROOT}/current")
     assert current.is_symlink

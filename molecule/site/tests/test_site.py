@@ -67,8 +67,11 @@ def test_live_model_is_the_locked_revision(host: Host) -> None:
 
 def test_engine_runs_the_plan_of_the_inventory(host: Host) -> None:
     options = dict(GROUP_VARS["vllm_plan_options"])
-    plan = kv_plan(CONFIG, model=GROUP_VARS["vllm_plan_model"],
-                   served_model_name=GROUP_VARS["vllm_plan_served_model_name"],
+    # The inventory names the model once (model_artifacts_name); vllm_plan derives the path
+    # and the served name from it.
+    name = GROUP_VARS["model_artifacts_name"]
+    plan = kv_plan(CONFIG, model=f"/srv/vllm/models/{name}/current",
+                   served_model_name=name.lower(),
                    host=PLAN_HOST, port=GROUP_VARS["vllm_plan_base_port"], **options)
     script = host.file("/srv/vllm/bin/vllm-0.sh").content_string.split("exec \\\n", 1)[1]
     args = [shlex.split(line.removesuffix(" \\"))[0] for line in script.splitlines() if line]
