@@ -146,13 +146,16 @@ def task_starts(log: str) -> list[tuple[float, str]]:
 
 
 def site_pip_seconds(log: str) -> float | None:
-    """From the start of the engine's pip install to the end of its join: pip's own time
+    """From the start of the engine's background install to the end of the engine stage's
+    wait for it (the task after its last wait on the install's lock): the install's own time
     in the converge (what overlaps it does not count), to set beside the floor's pip."""
     starts = task_starts(log)
-    begin = next((t for t, n in starts if n.endswith("Install the pinned vLLM into the "
-                                                    "virtual environment")), None)
-    end = next((t for t, n in starts if n.endswith("Remove the background install's job file")),
-               None)
+    begin = next((t for t, n in starts
+                  if n.endswith("Start installing the pinned vLLM in the background")), None)
+    waits = [i for i, (_, n) in enumerate(starts)
+             if n.endswith("Wait for any install in progress, then read the engine and kernel "
+                           "versions and the unwanted packages")]
+    end = starts[waits[-1] + 1][0] if waits and waits[-1] + 1 < len(starts) else None
     return None if begin is None or end is None else end - begin
 
 

@@ -118,42 +118,52 @@ def test_engine_rollout_without_the_gateway_still_verifies(tmp_path: Path) -> No
 
 def test_engine_install_runs_in_the_background_from_after_the_driver_to_the_units(
         tmp_path: Path) -> None:
-    """pip starts after the driver stage (which may reboot) and before CUDA and the model;
-    the engine stage joins it before it writes any unit."""
+    """The install starts in the background after the driver stage (which may reboot) and
+    before CUDA and the model; the engine stage waits for its lock, reads the installed
+    versions, installs in place what is missing, and only then writes any unit."""
     tasks = listed_tasks(two_host_inventory(tmp_path))
     driver = index_of(tasks, "nvidia_driver : ", last=True)
-    pip = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
+    started = index_of(tasks, "vllm_server : Start installing the pinned vLLM in the background")
     cuda = index_of(tasks, "cuda_toolkit : ")
     model = index_of(tasks, "model_artifacts : ", last=True)
-    joined = index_of(tasks, "vllm_server : Wait for the background install")
+    joined = index_of(tasks, "vllm_server : Wait for any install in progress", last=True)
+    in_place = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
-    assert driver < pip < cuda < model < joined < unit
-    # The engine's torch is checked against the driver after the join, before any unit.
+    assert driver < started < cuda < model < joined < in_place < unit
+    # The engine's torch is checked against the driver after the install, before any unit.
     cuda_check = index_of(tasks, "vllm_server : Stop before the units if the engine's torch")
-    assert joined < cuda_check < unit
+    assert in_place < cuda_check < unit
 
 
-def test_later_stages_packages_install_during_pip_and_configure_after_the_engine(
+def test_each_role_is_entered_once_and_its_packages_come_with_its_configuration(
         tmp_path: Path) -> None:
-    """HAProxy, node exporter and (on the Prometheus server) Prometheus are installed between
-    pip's start and its join; their configuration still follows the engine's units, and the
-    main entry points skip the package step they already ran."""
+    """One entry point per role: the gateway, the exporters and Prometheus install their
+    packages in their own stage, after the engine's units (a failed engine install leaves
+    them as they were), each once; vllm_server's `install` and the `verify` entry points are
+    the only others in the batch play."""
     tasks = listed_tasks(two_host_inventory(tmp_path))
-    pip = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
-    joined = index_of(tasks, "vllm_server : Wait for the background install")
+    last_play = index_of(tasks, "play #3")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
     for package, configure in [
             ("engine_gateway : Install HAProxy", "engine_gateway : Configure the gateway"),
             ("gpu_metrics : Install node exporter", "gpu_metrics : Point node exporter"),
             ("prometheus_server : Install Prometheus", "prometheus_server : Render the scrape")]:
-        assert pip < index_of(tasks, package) < joined, package
-        assert unit < index_of(tasks, configure), configure
+        assert unit < index_of(tasks, package) < index_of(tasks, configure), package
+        assert sum(t.startswith(package) for t in tasks[:last_play]) == 1, package
     # A Prometheus server that is also an engine host is configured in its batch, while the
     # model loads (before the replicas are verified); dedicated ones get the last play.
     verified = index_of(tasks, "vllm_server : Wait for each replica's /health", last=True)
     assert unit < index_of(tasks, "prometheus_server : Wait until Prometheus is ready") < verified
     plays = run_site(two_host_inventory(tmp_path), "--list-hosts").stdout
     assert re.search(r"play #3 \(prometheus_servers:!vllm_servers\)", plays), plays
+    batch = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())[1]["tasks"]
+    entered = sorted(f"{t[k]['name']}:{t[k].get('tasks_from', 'main')}"
+                     for t in batch for k in ("ansible.builtin.import_role",) if k in t)
+    assert entered == sorted([
+        "benchmark:main", "cuda_toolkit:main", "engine_gateway:main", "engine_gateway:verify",
+        "engine_restarts:main", "gpu_metrics:main", "host_firewall:main",
+        "model_artifacts:main", "nvidia_driver:main", "prometheus_server:main",
+        "vllm_server:install", "vllm_server:main", "vllm_server:verify"]), entered
 
 
 def test_firewall_preflight_runs_in_the_plan_and_the_allowlist_after_the_ports_exist(

