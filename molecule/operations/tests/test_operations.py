@@ -12,9 +12,11 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,6 +38,27 @@ def _admin(host: Any, command: str) -> str:
               "s.sendall(sys.argv[2].encode()+b'\\n'); "
               "print(b''.join(iter(lambda: s.recv(65536), b'')).decode())")
     return str(host.check_output(f"python3 -c \"{script}\" {SOCKET} '{command}'"))
+
+
+def _run_in_unit(host: Any, command: str, timeout: float = 900) -> SimpleNamespace:
+    """Run a command that lasts minutes (a restart with the engine's load) in a transient
+    systemd unit on the host, and wait for its exit status with short execs. One podman exec
+    held for minutes can lose its exit status when the CI machine is loaded (podman: "timed
+    out waiting for file .../exit/...: internal libpod error", rc 255), which failed the test
+    for the transport, not for the restart."""
+    tag = f"operations-test-{uuid.uuid4().hex[:8]}"
+    host.check_output(f"cat > /tmp/{tag}.sh <<'EOF'\n{command}\n"
+                      f"echo $? > /tmp/{tag}.rc.part && mv /tmp/{tag}.rc.part /tmp/{tag}.rc\nEOF")
+    host.check_output(f"systemd-run --unit {tag} --collect "
+                      f"-p StandardOutput=file:/tmp/{tag}.out -p StandardError=file:/tmp/{tag}.err "
+                      f"/bin/sh /tmp/{tag}.sh")
+    deadline = time.monotonic() + timeout
+    while not host.file(f"/tmp/{tag}.rc").exists:
+        assert time.monotonic() < deadline, f"{command!r} still running after {timeout} s"
+        time.sleep(2)
+    return SimpleNamespace(rc=int(host.file(f"/tmp/{tag}.rc").content_string.strip()),
+                           stdout=host.file(f"/tmp/{tag}.out").content_string,
+                           stderr=host.file(f"/tmp/{tag}.err").content_string)
 
 
 def _status(host: Any, server: str) -> str:
@@ -143,8 +166,8 @@ def test_the_last_serving_replica_is_refused_unless_downtime_is_accepted(host: A
         host.run("systemctl stop prometheus")
         load = {}
         with steady_load(host, load):
-            accepted = host.run("/usr/local/sbin/vllm-restart restart --only vllm-0 "
-                                "--health-timeout 300 --downtime-reason 'operations test'")
+            accepted = _run_in_unit(host, "/usr/local/sbin/vllm-restart restart --only vllm-0 "
+                                    "--health-timeout 300 --downtime-reason 'operations test'")
         assert accepted.rc == 0, accepted.stdout + accepted.stderr
         assert _pid(host, "vllm-0") != vllm_0
         log = "\n".join(_log(host)[-12:])
