@@ -2,6 +2,10 @@
 # Prepare a Debian 12 machine (run as root) for this project's tests:
 #   - apt packages: podman + runc (container test hosts), mmdebstrap (image builds),
 #     prometheus (promtool), prometheus-alertmanager (amtool), python3-venv;
+#   - a controller Python 3.12 or newer (ansible-core 2.21 needs it; Debian 12's own is 3.11):
+#     VLLM_FLEET_PYTHON if set, else the newest python3.13/python3.12 on PATH, in /usr/bin or
+#     under pyenv, else one installed by uv (`uv python install 3.13`, which downloads a
+#     standalone CPython); it stops with the fix when none can be found or installed;
 #   - /etc/containers/containers.conf: [engine] runtime = "runc" (crun fails on
 #     cgroups v1 "hybrid" hosts), merged into an existing file;
 #   - .venv with the pinned tooling from requirements-dev.txt.
@@ -105,16 +109,60 @@ print(f"[setup] {path}: set [engine] {wanted}")
 PY
 }
 
-setup_venv() {
-  local wanted
-  wanted="$(sha256sum "${REQUIREMENTS}" | cut -d' ' -f1) $(python3 -c 'import sys; print(sys.version.split()[0])')"
-  if [[ -x "${VENV}/bin/python" && -f "${VENV_STAMP}" && "$(cat "${VENV_STAMP}")" == "${wanted}" ]]; then
-    log ".venv is up to date with requirements-dev.txt"
+# is_supported PYTHON: true when PYTHON runs, is 3.12 or newer and can make a venv.
+is_supported() {
+  "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' 2>/dev/null
+}
+
+# find_python: print the controller interpreter (see the header), or stop with the fix.
+find_python() {
+  local candidate uv_venv="${REPO_ROOT}/.cache/uv-bootstrap"
+  if [[ -n "${VLLM_FLEET_PYTHON:-}" ]]; then
+    is_supported "${VLLM_FLEET_PYTHON}" \
+      || die "VLLM_FLEET_PYTHON=${VLLM_FLEET_PYTHON} is not a Python 3.12+ with venv and ensurepip; point it at one, or unset it"
+    printf '%s\n' "${VLLM_FLEET_PYTHON}"
     return
   fi
+  for candidate in python3 python3.13 python3.12 /usr/bin/python3.13 /usr/bin/python3.12 \
+    "${PYENV_ROOT:-${HOME}/.pyenv}"/versions/3.13*/bin/python3 \
+    "${PYENV_ROOT:-${HOME}/.pyenv}"/versions/3.12*/bin/python3; do
+    if command -v "${candidate}" >/dev/null 2>&1 && is_supported "${candidate}"; then
+      command -v "${candidate}"
+      return
+    fi
+  done
+  # None on the machine (a fresh Debian 12 has 3.11): uv installs a standalone CPython.
+  log "no Python 3.12+ found; installing one with uv (python3 -m venv + pip install uv)" >&2
+  if [[ ! -x "${uv_venv}/bin/uv" ]]; then
+    python3 -m venv "${uv_venv}" >&2 \
+      && "${uv_venv}/bin/python" -m pip install --quiet --disable-pip-version-check uv >&2 \
+      || die "could not install uv to fetch Python 3.12+. Fix: install Python 3.12 or newer (Debian 13's python3, pyenv, or a standalone build) and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
+  fi
+  UV_PYTHON_INSTALL_DIR="${REPO_ROOT}/.cache/uv-python" "${uv_venv}/bin/uv" python install 3.13 >&2 \
+    || die "uv could not download Python 3.13 (no network to its download host?). Fix: install Python 3.12 or newer and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
+  candidate="$(UV_PYTHON_INSTALL_DIR="${REPO_ROOT}/.cache/uv-python" "${uv_venv}/bin/uv" python find 3.13)" \
+    || die "uv installed Python 3.13 but cannot find it; rerun with VLLM_FLEET_PYTHON=/path/to/python3"
+  is_supported "${candidate}" || die "${candidate} (from uv) cannot make a venv; set VLLM_FLEET_PYTHON"
+  printf '%s\n' "${candidate}"
+}
+
+setup_venv() {
+  local wanted python current
+  python="$(find_python)"
+  wanted="$(sha256sum "${REQUIREMENTS}" | cut -d' ' -f1) $("${python}" -c 'import sys; print(sys.version.split()[0])')"
+  if [[ -x "${VENV}/bin/python" && -f "${VENV_STAMP}" && "$(cat "${VENV_STAMP}")" == "${wanted}" ]]; then
+    log ".venv is up to date with requirements-dev.txt (${python})"
+    return
+  fi
+  # A venv from another interpreter (e.g. the Python 3.11 one of older releases) is rebuilt.
+  current="$("${VENV}/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || true)"
+  if [[ -n "${current}" && "${current}" != "$("${python}" -c 'import sys; print(sys.version.split()[0])')" ]]; then
+    log "rebuilding ${VENV}: it runs Python ${current}, not ${python}"
+    rm -rf "${VENV}"
+  fi
   if [[ ! -x "${VENV}/bin/python" ]]; then
-    log "creating ${VENV}"
-    python3 -m venv "${VENV}" || die "python3 -m venv failed (is python3-venv installed?)"
+    log "creating ${VENV} with ${python}"
+    "${python}" -m venv "${VENV}" || die "${python} -m venv failed"
   fi
   log "installing requirements-dev.txt into .venv"
   "${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${REQUIREMENTS}" \
