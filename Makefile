@@ -36,6 +36,8 @@ help:
 	@echo "make unit       pytest tests/unit"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
+	@echo "make ee-check   ansible-builder create of execution-environment.yml, context checked"
+	@echo "make ee-image   build the EE on the Debian 13 test image (podman), plan.yml inside it"
 
 setup:
 	PATH="$(HOST_PATH)" scripts/setup.sh
@@ -98,3 +100,17 @@ engine-image: images
 # runs it without the image.
 oracle: engine-image
 	KV_ORACLE=1 pytest -s tests/unit/test_kv_oracle.py
+
+# The execution environment (execution-environment.yml, ansible-builder v3): `ee-check` makes
+# its build context in a scratch folder and checks it (Containerfile, requirements.txt and
+# bindep.txt copied, the collection tarball, base image and Python as configured; also run by
+# tests/unit/test_execution_environment.py). `ee-image` builds it with podman from the Debian 13
+# test image (no registry) and runs EE_PLAYBOOK inside it with inventories/local.
+EE_PLAYBOOK ?= playbooks/plan.yml
+.PHONY: ee-check ee-image
+ee-check: setup
+	python3 scripts/ee.py check
+
+ee-image: setup
+	scripts/build-images.sh debian13
+	scripts/ee-image.sh $(EE_PLAYBOOK)
