@@ -24,6 +24,11 @@ MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' 
 
 .PHONY: help setup images lint docs unit oracle molecule test demo plan rebuild
 
+# The collection as ansible-doc reads it: the checkout's own collection path where it has one,
+# else a tree of the checkout that scripts/collection-tree.py builds (.cache/, git-ignored).
+CHECKOUT_COLLECTION := .collections/ansible_collections/vllm_fleet/serving
+COLLECTION_ROOT = $$([[ -d $(CHECKOUT_COLLECTION) ]] && echo $(CHECKOUT_COLLECTION) || python3 scripts/collection-tree.py .cache/collection-tree)
+
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
 	@echo "make plan       the plan of inventories/local only (control node, changes nothing)"
@@ -31,7 +36,7 @@ help:
 	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
-	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current"
+	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current, plugin docs"
 	@echo "make docs       regenerate each role README's variables table from its argument specs"
 	@echo "make unit       pytest tests/unit"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
@@ -49,6 +54,7 @@ lint: setup
 	ruff check .
 	mypy $(MYPY_PATHS)
 	python3 scripts/role-docs.py --check
+	python3 scripts/plugin-docs.py "$(COLLECTION_ROOT)"
 
 # Each role README's variables table is generated from its meta/argument_specs.yml (between
 # the role-docs markers; the rest is written by hand). Edit the spec, then run this.
