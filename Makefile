@@ -24,6 +24,11 @@ MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' 
 
 .PHONY: help setup images lint docs unit oracle molecule test demo plan rebuild
 
+# The collection as ansible-doc reads it: the checkout's own collection path where it has one,
+# else a tree of the checkout that scripts/collection-tree.py builds (.cache/, git-ignored).
+CHECKOUT_COLLECTION := .collections/ansible_collections/vllm_fleet/serving
+COLLECTION_ROOT = $$([[ -d $(CHECKOUT_COLLECTION) ]] && echo $(CHECKOUT_COLLECTION) || python3 scripts/collection-tree.py .cache/collection-tree)
+
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
 	@echo "make plan       the plan of inventories/local only (control node, changes nothing)"
@@ -31,9 +36,11 @@ help:
 	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
-	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current"
+	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current, plugin docs, changelog fragments"
 	@echo "make docs       regenerate each role README's variables table from its argument specs"
 	@echo "make unit       pytest tests/unit"
+	@echo "make sanity     ansible-test sanity on the collection (ansible-core 2.21, .venv)"
+	@echo "make unit-core2.20 / sanity-core2.20   the same on ansible-core 2.20 (.venv-core2.20)"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
 	@echo "make ee-check   ansible-builder create of execution-environment.yml, context checked"
@@ -51,6 +58,8 @@ lint: setup
 	ruff check .
 	mypy $(MYPY_PATHS)
 	python3 scripts/role-docs.py --check
+	python3 scripts/plugin-docs.py "$(COLLECTION_ROOT)"
+	antsibull-changelog lint
 
 # Each role README's variables table is generated from its meta/argument_specs.yml (between
 # the role-docs markers; the rest is written by hand). Edit the spec, then run this.
@@ -61,6 +70,18 @@ unit: setup
 	@rc=0; pytest tests/unit || rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "unit: no tests collected under tests/unit"; \
 	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
+
+# ansible-test sanity on a tree of the checkout laid out as the collection (scripts/sanity.sh).
+sanity: setup
+	scripts/sanity.sh .venv
+
+# The ansible-core 2.20 leg: unit tests and sanity on .venv-core2.20 (molecule runs on 2.21).
+.PHONY: sanity unit-core2.20 sanity-core2.20
+unit-core2.20: setup
+	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH)" pytest tests/unit
+
+sanity-core2.20: setup
+	scripts/sanity.sh .venv-core2.20
 
 molecule: images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }

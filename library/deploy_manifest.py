@@ -9,6 +9,78 @@ them with the ``manifest_diff`` filter.
 
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+module: deploy_manifest
+short_description: The sha256, mode and owner of every file under the given paths
+description:
+  - Expands each of O(paths) as a shell glob on the host; a directory is walked (symlinks
+    are recorded with their target, never followed). Any path component matching one of
+    O(exclude) (fnmatch patterns, e.g. C(__pycache__), C(*.pyc)) is left out.
+  - C(playbooks/rebuild.yml) takes one manifest before and one after a rebuild and compares
+    them with the C(manifest_diff) filter.
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; never changes the host, so check mode runs it too.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to diff.
+options:
+  paths:
+    description: Shell globs of the files and directories to record.
+    type: list
+    elements: str
+    required: true
+  exclude:
+    description: fnmatch patterns; a path with any component matching one is left out.
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Record what the roles deployed
+  vllm_fleet.serving.deploy_manifest:
+    paths:
+      - /srv/vllm
+      - /etc/systemd/system/vllm*.service
+    exclude:
+      - __pycache__
+      - "*.pyc"
+  register: _manifest
+
+- name: Refuse a host that was never deployed
+  ansible.builtin.assert:
+    that: _manifest.files > 0
+"""
+
+RETURN = r"""
+manifest:
+  description: >-
+    Path -> C(sha256:HEX MODE OWNER:GROUP) for a file, C(symlink:TARGET) for a link.
+  type: dict
+  returned: always
+  sample: {"/srv/vllm/run.sh": "sha256:9f86d0... 0755 root:root"}
+roots:
+  description: The existing paths the globs matched (what a wipe removes).
+  type: list
+  elements: str
+  returned: always
+  sample: ["/srv/vllm"]
+files:
+  description: The number of entries in RV(manifest).
+  type: int
+  returned: always
+  sample: 42
+bytes:
+  description: The total size of the files in RV(manifest), in bytes (links count 0).
+  type: int
+  returned: always
+  sample: 1048576
+"""
+
 import fnmatch
 import glob
 import grp
@@ -18,40 +90,6 @@ import pwd
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-DOCUMENTATION = r"""
-module: deploy_manifest
-short_description: The sha256, mode and owner of every file under the given paths
-description:
-  - Expands each of O(paths) as a shell glob on the host; a directory is walked (symlinks
-    are recorded with their target, never followed). Any path component matching one of
-    O(exclude) (fnmatch patterns, e.g. C(__pycache__), C(*.pyc)) is left out.
-  - Reads only; never changes the host (check mode runs it too).
-options:
-  paths:
-    type: list
-    elements: str
-    required: true
-  exclude:
-    type: list
-    elements: str
-    default: []
-"""
-
-RETURN = r"""
-manifest:
-  description: Path -> "sha256:HEX MODE OWNER:GROUP" (files), "symlink:TARGET" (links).
-  type: dict
-  returned: always
-roots:
-  description: The existing paths the globs matched (what a wipe removes).
-  type: list
-  returned: always
-files:
-  description: Number of entries; bytes, their total size.
-  type: int
-  returned: always
-"""
 
 
 def _owner(st: os.stat_result) -> str:

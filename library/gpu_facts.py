@@ -12,13 +12,6 @@ the thin adapter.
 
 from __future__ import annotations
 
-import csv
-import io
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypedDict
-
 DOCUMENTATION = r"""
 module: gpu_facts
 short_description: Detect NVIDIA GPUs and NVSwitches (sysfs PCI ids) and read nvidia-smi
@@ -33,7 +26,18 @@ description:
     O(query_nvidia_smi) is true, runs C(nvidia-smi --query-gpu) and C(nvidia-smi --version)
     and reports driver version, CUDA version, memory, persistence and MIG mode, or the
     reason nvidia-smi failed (e.g. a driver/library version mismatch).
-  - Read-only; supports check mode.
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; never changes the host.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to diff.
+  facts:
+    support: full
+    description: Sets the C(gpu_facts) fact.
 options:
   root:
     description: Filesystem root to read sysfs from; tests point it at a fixture tree.
@@ -51,23 +55,46 @@ options:
 
 EXAMPLES = r"""
 - name: Detect GPUs before installing a driver
-  gpu_facts:
-  register: _gpus
+  vllm_fleet.serving.gpu_facts:
+
+- name: Refuse a host without GPUs
+  ansible.builtin.assert:
+    that: ansible_facts.gpu_facts.gpu_count > 0
 
 - name: Read a fixture tree copied onto a test host
-  gpu_facts:
+  vllm_fleet.serving.gpu_facts:
     root: /opt/gpu-fixture
     query_nvidia_smi: false
 """
 
 RETURN = r"""
 ansible_facts:
-  description: C(gpu_facts), a mapping with gpus, gpu_count, gpu_models, nvswitches,
-    nvswitch_count, min_driver_branch, open_kernel_modules, kernel_module_version,
-    nvidia_smi, driver_mismatch.
+  description: The facts the module sets.
   returned: always
   type: dict
+  contains:
+    gpu_facts:
+      description: C(gpus) (one mapping per GPU), C(gpu_count), C(gpu_models),
+        C(nvswitches), C(nvswitch_count), C(min_driver_branch), C(open_kernel_modules),
+        C(kernel_module_version), C(nvidia_smi) (the query's result or why it failed) and
+        C(driver_mismatch).
+      returned: always
+      type: dict
+      sample:
+        gpu_count: 8
+        gpu_models: [H100-SXM]
+        nvswitch_count: 4
+        min_driver_branch: 525
+        open_kernel_modules: true
+        driver_mismatch: false
 """
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
 
 NVIDIA_VENDOR = 0x10DE
 # PCI base class 0x03 subclasses 0x00 (VGA) and 0x02 (3D controller) are GPUs; an NVIDIA

@@ -10,6 +10,107 @@ environment (HF_TOKEN, set by the task with no_log); it is never a parameter.
 
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+module: model_fetch
+short_description: Download the locked files of a Hugging Face model revision into a directory
+description:
+  - Downloads exactly the locked O(files) of O(repo_id) at the locked O(commit) into O(dest)
+    (a staging directory) with huggingface_hub, skipping files already there with the locked
+    size. It does not trust the bytes; the C(model_artifacts) role verifies every file with
+    M(vllm_fleet.serving.model_verify) afterwards.
+  - Runs on the host under an interpreter that can import huggingface_hub (the role sets
+    C(ansible_python_interpreter) for this task only).
+  - Partial downloads the Hub client leaves behind (C(*.incomplete)) are removed before and
+    after a try; they are never resumed across runs.
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
+requirements:
+  - huggingface_hub (on the host, for the interpreter that runs the module)
+attributes:
+  check_mode:
+    support: full
+    description: Reports the files it would download and downloads nothing.
+  diff_mode:
+    support: none
+    description: The bytes are model weights; there is no diff to show.
+options:
+  repo_id:
+    description: The Hugging Face repository, C(org/name).
+    type: str
+    required: true
+  commit:
+    description: The locked 40-hex commit.
+    type: str
+    required: true
+  files:
+    description: The lock's files, each with C(path), C(size) and C(sha256).
+    type: list
+    elements: dict
+    required: true
+  dest:
+    description: The staging directory.
+    type: path
+    required: true
+  endpoint:
+    description: E(HF_ENDPOINT), an internal mirror; empty means the Hub.
+    type: str
+    default: ""
+  disable_xet:
+    description: Set E(HF_HUB_DISABLE_XET) (plain HTTP downloads, no Xet storage client).
+    type: bool
+    default: true
+  ca_bundle:
+    description: CA bundle file for TLS (E(SSL_CERT_FILE), E(REQUESTS_CA_BUNDLE)); empty
+      keeps the interpreter's default.
+    type: str
+    default: ""
+  max_workers:
+    description: Files downloaded at once.
+    type: int
+    default: 8
+  progress_file:
+    description: A file the module rewrites every 2 seconds with one line of download progress.
+    type: path
+  timeout:
+    description: Kill the download after this many seconds; 0 means never.
+    type: int
+    default: 0
+  token:
+    description: The Hub token, put into this process's environment (E(HF_TOKEN)) only.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Download the locked files into staging
+  vllm_fleet.serving.model_fetch:
+    repo_id: Qwen/Qwen3-8B
+    commit: "{{ _lock.lock.commit }}"
+    files: "{{ _lock.lock.files }}"
+    dest: /srv/models/.staging
+    endpoint: https://hf-mirror.internal.example
+    token: "{{ hf_token }}"
+  vars:
+    ansible_python_interpreter: /opt/hf-client/bin/python
+  no_log: true
+"""
+
+RETURN = r"""
+downloaded:
+  description: The locked paths that were missing from O(dest) (in check mode, that would be
+    downloaded).
+  type: list
+  elements: str
+  returned: always
+  sample: ["model-00001-of-00002.safetensors"]
+cleaned:
+  description: Partial downloads (C(*.incomplete)) that were removed.
+  type: list
+  elements: str
+  returned: always
+  sample: []
+"""
+
 import glob
 import json
 import multiprocessing
@@ -18,33 +119,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-DOCUMENTATION = r"""
-module: model_fetch
-short_description: Download the locked files of a Hugging Face model revision into a directory
-options:
-  repo_id: {type: str, required: true}
-  commit: {type: str, required: true, description: The locked 40-hex commit.}
-  files: {type: list, elements: dict, required: true, description: The lock's files.}
-  dest: {type: path, required: true, description: The staging directory.}
-  endpoint:
-    type: str
-    default: ""
-    description: HF_ENDPOINT (an internal mirror); empty means the Hub.
-  disable_xet: {type: bool, default: true, description: Set HF_HUB_DISABLE_XET.}
-  ca_bundle: {type: str, default: "", description: CA bundle file for TLS (SSL_CERT_FILE).}
-  max_workers: {type: int, default: 8}
-  progress_file: {type: path, description: Where to write download progress every 2 s.}
-  timeout:
-    type: int
-    default: 0
-    description: Kill the download after this many seconds; 0 means never.
-  token:
-    type: str
-    default: ""
-    no_log: true
-    description: The Hub token, put into this process's environment (HF_TOKEN) only.
-"""
 
 INCOMPLETE = ".incomplete"
 

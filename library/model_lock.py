@@ -7,6 +7,117 @@ The logic is plain typed functions (``parse_lock``, ``build_lock``, ``select_pat
 
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+module: model_lock
+short_description: Resolve a Hugging Face model revision into a sha256 lock file, or check one
+description:
+  - O(state=locked) resolves O(revision) (branch, tag or commit) of O(repo_id) to its commit
+    sha with the Hub API (the mirror in O(endpoint)), lists every file matching O(patterns)
+    with its size and sha256 (the LFS oid for LFS files; small non-LFS files are downloaded
+    and hashed) and writes O(lock_file) as YAML.
+  - O(state=validated) reads O(lock_file) and refuses a malformed digest (not 64 hex
+    characters), a missing or bad size, a duplicate or unsafe path, an unpinned revision
+    (anything but a 40-hex commit) or an empty file list, naming the path of each error.
+  - "With O(config_file), O(state=locked) also stores the model's C(config.json) there:
+    the bytes of the locked commit, checked against the lock's sha256 (the plan reads it;
+    the C(vllm_plan) role refuses a copy whose sha256 differs from the lock's)."
+  - O(token) is put only into this process's environment (E(HF_TOKEN)) for huggingface_hub.
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
+requirements:
+  - huggingface_hub (for O(state=locked) only)
+attributes:
+  check_mode:
+    support: full
+    description: Resolves and compares, and writes neither O(lock_file) nor O(config_file).
+  diff_mode:
+    support: full
+    description: Shows the lock file's change.
+options:
+  state:
+    description: V(locked) resolves and writes the lock; V(validated) only reads and checks it.
+    type: str
+    choices: [locked, validated]
+    default: validated
+  lock_file:
+    description: The lock file (YAML) to write or check.
+    type: path
+    required: true
+  repo_id:
+    description: The Hugging Face repository, C(org/name); required with O(state=locked).
+    type: str
+  revision:
+    description: The branch, tag or commit to resolve.
+    type: str
+    default: main
+  endpoint:
+    description: E(HF_ENDPOINT), an internal mirror; empty means huggingface.co.
+    type: str
+    default: ""
+  token:
+    description: The Hub token, put into this process's environment (E(HF_TOKEN)) only.
+    type: str
+    default: ""
+  patterns:
+    description: fnmatch patterns of the repository's files to lock.
+    type: list
+    elements: str
+    default: ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
+  config_file:
+    description: Where O(state=locked) stores the locked commit's config.json; empty stores
+      none.
+    type: path
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Lock a revision (on the control node)
+  vllm_fleet.serving.model_lock:
+    state: locked
+    lock_file: inventories/example/models/qwen3-8b.lock.yml
+    repo_id: Qwen/Qwen3-8B
+    revision: main
+    config_file: inventories/example/models/qwen3-8b.config.json
+  delegate_to: localhost
+
+- name: Refuse a malformed or unpinned lock before anything is deployed
+  vllm_fleet.serving.model_lock:
+    lock_file: inventories/example/models/qwen3-8b.lock.yml
+  delegate_to: localhost
+  register: _lock
+"""
+
+RETURN = r"""
+lock:
+  description: The lock (repo_id, revision, commit, files with path, size, sha256), validated.
+  type: dict
+  returned: success
+  sample:
+    repo_id: Qwen/Qwen3-8B
+    revision: main
+    commit: 0123456789abcdef0123456789abcdef01234567
+    files:
+      - path: config.json
+        size: 728
+        sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+total_bytes:
+  description: Sum of the locked files' sizes.
+  type: int
+  returned: success
+  sample: 16384000000
+config_file:
+  description: Where the locked config.json was stored (with O(config_file)), else empty.
+  type: str
+  returned: when O(state=locked)
+  sample: inventories/example/models/qwen3-8b.config.json
+errors:
+  description: Each problem of a refused lock, naming its path.
+  type: list
+  elements: str
+  returned: failure
+  sample: ["files[0]: sha256 'abc' has 3 hex characters, a sha256 digest has 64"]
+"""
+
 import fnmatch
 import hashlib
 import json
@@ -16,64 +127,6 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
-
-DOCUMENTATION = r"""
-module: model_lock
-short_description: Resolve a Hugging Face model revision into a sha256 lock file, or check one
-description:
-  - C(state=locked) resolves O(revision) (branch, tag or commit) of O(repo_id) to its commit
-    sha with the Hub API (the mirror in E(HF_ENDPOINT)), lists every file matching
-    O(patterns) with its size and sha256 (the LFS oid for LFS files; small non-LFS files are
-    downloaded and hashed) and writes O(lock_file) as YAML.
-  - C(state=validated) reads O(lock_file) and refuses a malformed digest (not 64 hex
-    characters), a missing or bad size, a duplicate or unsafe path, an unpinned revision
-    (anything but a 40-hex commit) or an empty file list, naming the path of each error.
-  - With O(config_file), C(state=locked) also stores the model's C(config.json) there: the
-    bytes of the locked commit, checked against the lock's sha256 (the plan reads it;
-    roles/vllm_plan refuses a copy whose sha256 differs from the lock's).
-  - O(token) is put only into this process's environment (E(HF_TOKEN)) for huggingface_hub.
-options:
-  state:
-    type: str
-    choices: [locked, validated]
-    default: validated
-  lock_file:
-    type: path
-    required: true
-  repo_id:
-    type: str
-  revision:
-    type: str
-    default: main
-  endpoint:
-    type: str
-    default: ""
-    description: HF_ENDPOINT, an internal mirror; empty means huggingface.co.
-  token:
-    type: str
-    default: ""
-    no_log: true
-  patterns:
-    type: list
-    elements: str
-    default: ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
-  config_file:
-    type: path
-    default: ""
-    description: Where C(state=locked) stores the locked commit's config.json; empty stores none.
-"""
-
-RETURN = r"""
-lock:
-  description: The lock (repo_id, commit, revision, files with path, size, sha256), validated.
-  type: dict
-total_bytes:
-  description: Sum of the locked files' sizes.
-  type: int
-config_file:
-  description: Where the locked config.json was stored (with O(config_file)), else empty.
-  type: str
-"""
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX40 = re.compile(r"[0-9a-f]{40}")

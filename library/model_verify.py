@@ -28,6 +28,233 @@ the pre-staged directory) counts as damaged: another name could change the live 
 
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+module: model_verify
+short_description: Verify model files against a sha256 lock, stage them and switch atomically
+description:
+  - O(action=verify) checks every locked file's size and sha256 in O(path). A stamp file
+    (O(stamp_file)) keeps size, mtime, inode and sha256 per verified file, so an unchanged
+    file costs one C(stat) and is not hashed again; O(full) hashes everything. Files whose
+    bytes do not match are removed with O(remove_bad), files not in the lock with O(prune).
+  - O(action=preflight) checks that the model filesystem has the locked bytes not yet
+    present plus O(margin_bytes) free.
+  - O(action=stage) fills the staging directory O(path) from the pre-staged O(source); each
+    file is copied (a reflink where the filesystem can), never hard-linked.
+  - O(action=repair) renames each re-staged, verified file of O(path) over the damaged one in
+    O(root)/O(commit), atomically per file.
+  - O(action=promote) renames the verified staging directory O(path) to O(root)/O(commit)
+    and switches the C(current) symlink atomically; keeps O(keep) revisions.
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
+attributes:
+  check_mode:
+    support: full
+    description: Verifies and reports; removes, copies, renames and writes nothing.
+  diff_mode:
+    support: none
+    description: The files are model weights; there is no diff to show.
+options:
+  action:
+    description: What to do (see the description).
+    type: str
+    choices: [verify, preflight, stage, promote, repair]
+    required: true
+  path:
+    description: The directory to verify, stage into or promote (a staging directory).
+    type: path
+    required: true
+  files:
+    description: The lock's files, each with C(path), C(size) and C(sha256).
+    type: list
+    elements: dict
+    default: []
+  stamp_file:
+    description: For verify, the stamp file that lets unchanged files skip hashing.
+    type: path
+  full:
+    description: For verify, hash every file, ignoring the stamp.
+    type: bool
+    default: false
+  jobs:
+    description: Hashing processes; 0 means the host's cores.
+    type: int
+    default: 0
+  remove_bad:
+    description: For verify, remove files whose bytes do not match the lock.
+    type: bool
+    default: false
+  prune:
+    description: For verify, remove files the lock does not list.
+    type: bool
+    default: false
+  source:
+    description: For stage, the pre-staged directory.
+    type: path
+  margin_bytes:
+    description: For preflight, the free bytes to keep beyond the missing files.
+    type: int
+    default: 0
+  present_dirs:
+    description: For preflight, directories whose files already count as present.
+    type: list
+    elements: path
+    default: []
+  root:
+    description: For promote and repair, the model root holding C(<commit>) directories and
+      C(current).
+    type: path
+  commit:
+    description: For promote and repair, the locked commit (the revision's directory name).
+    type: str
+  keep:
+    description: For promote, how many revisions to keep under O(root).
+    type: int
+    default: 2
+  absent_ok:
+    description: For verify, report RV(exists=false) for a missing directory instead of
+      failing.
+    type: bool
+    default: false
+  read:
+    description: For promote, a file in the live revision whose text to return (RV(read)).
+    type: str
+  damage_ok:
+    description: For verify, report damaged files (RV(damaged)) instead of failing.
+    type: bool
+    default: false
+  repair_paths:
+    description: For repair, the locked paths to rename from O(path) into O(root)/O(commit).
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Check the installed revision (a missing one is no error)
+  vllm_fleet.serving.model_verify:
+    action: verify
+    path: /srv/models/qwen3-8b/0123456789abcdef0123456789abcdef01234567
+    files: "{{ _lock.lock.files }}"
+    stamp_file: /srv/models/qwen3-8b/.verified.json
+    absent_ok: true
+    damage_ok: true
+  register: _installed
+
+- name: Switch to the verified staging directory
+  vllm_fleet.serving.model_verify:
+    action: promote
+    path: /srv/models/qwen3-8b/.staging
+    root: /srv/models/qwen3-8b
+    commit: 0123456789abcdef0123456789abcdef01234567
+    keep: 2
+    read: config.json
+"""
+
+RETURN = r"""
+exists:
+  description: For verify, whether O(path) exists.
+  type: bool
+  returned: O(action=verify)
+  sample: true
+checked:
+  description: For verify, the number of locked files checked.
+  type: int
+  returned: O(action=verify) on an existing directory
+  sample: 5
+stamped:
+  description: For verify, files whose stamp let them skip hashing.
+  type: int
+  returned: O(action=verify) on an existing directory
+  sample: 5
+hashed_files:
+  description: For verify, files hashed.
+  type: int
+  returned: O(action=verify) on an existing directory
+  sample: 0
+hashed_bytes:
+  description: For verify, bytes hashed.
+  type: int
+  returned: O(action=verify) on an existing directory
+  sample: 0
+missing:
+  description: For verify, locked paths not in O(path).
+  type: list
+  elements: str
+  returned: O(action=verify) on an existing directory
+  sample: []
+bad:
+  description: For verify, the files whose size or sha256 differs, with why.
+  type: list
+  elements: str
+  returned: O(action=verify) on an existing directory
+  sample: []
+removed:
+  description: For verify, files removed by O(remove_bad).
+  type: list
+  elements: str
+  returned: O(action=verify) on an existing directory
+  sample: []
+pruned:
+  description: For verify, files removed by O(prune); for promote, the revisions removed.
+  type: list
+  elements: str
+  returned: O(action=verify) on an existing directory, O(action=promote)
+  sample: []
+stamp_changed:
+  description: For verify, whether the stamp file was (or would be) rewritten.
+  type: bool
+  returned: O(action=verify) on an existing directory
+  sample: false
+damaged:
+  description: For verify, the damaged files (path and why).
+  type: list
+  elements: dict
+  returned: O(action=verify) on an existing directory
+  sample: [{path: model.safetensors, why: sha256 differs}]
+skipped_reason:
+  description: In check mode, why a directory that does not exist yet was not verified.
+  type: str
+  returned: O(action=verify) in check mode, when O(path) does not exist
+  sample: /srv/models/qwen3-8b/.staging does not exist yet
+free_bytes:
+  description: For preflight, the free bytes on the model filesystem.
+  type: int
+  returned: O(action=preflight)
+  sample: 500000000000
+needed_bytes:
+  description: For preflight, the locked bytes not yet present.
+  type: int
+  returned: O(action=preflight)
+  sample: 16384000000
+margin_bytes:
+  description: For preflight, the margin asked for.
+  type: int
+  returned: O(action=preflight)
+  sample: 0
+added:
+  description: For stage, the locked paths copied into O(path).
+  type: list
+  elements: str
+  returned: O(action=stage)
+  sample: ["config.json"]
+replaced:
+  description: For repair, the paths renamed into the live revision.
+  type: list
+  elements: str
+  returned: O(action=repair)
+  sample: ["model.safetensors"]
+previous:
+  description: For promote, the revision C(current) pointed at before, or null.
+  type: str
+  returned: O(action=promote)
+  sample: fedcba9876543210fedcba9876543210fedcba98
+read:
+  description: For promote with O(read), the text of that file in the live revision.
+  type: str
+  returned: O(action=promote) with O(read)
+  sample: '{"architectures": ["Qwen3ForCausalLM"]}'
+"""
+
 import concurrent.futures
 import fcntl
 import hashlib
@@ -39,74 +266,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
-
-DOCUMENTATION = r"""
-module: model_verify
-short_description: Verify model files against a sha256 lock, stage them and switch atomically
-options:
-  action:
-    type: str
-    choices: [verify, preflight, stage, promote, repair]
-    required: true
-  path:
-    description: The directory to verify, stage into or promote (a staging directory).
-    type: path
-    required: true
-  files:
-    description: The lock's files (path, size, sha256).
-    type: list
-    elements: dict
-  stamp_file:
-    type: path
-  full:
-    type: bool
-    default: false
-  jobs:
-    description: Hashing processes; 0 = the host's cores.
-    type: int
-    default: 0
-  remove_bad:
-    type: bool
-    default: false
-  prune:
-    type: bool
-    default: false
-  source:
-    description: For stage, the pre-staged directory.
-    type: path
-  margin_bytes:
-    type: int
-    default: 0
-  present_dirs:
-    description: For preflight, directories whose files already count as present.
-    type: list
-    elements: path
-    default: []
-  root:
-    description: For promote, the model root holding <commit> directories and current.
-    type: path
-  commit:
-    type: str
-  keep:
-    type: int
-    default: 2
-  absent_ok:
-    description: For verify, report exists=false for a missing directory instead of failing.
-    type: bool
-    default: false
-  read:
-    description: For promote, a file in the live revision whose text to return (as read).
-    type: str
-  damage_ok:
-    description: For verify, report damaged files (damaged) instead of failing.
-    type: bool
-    default: false
-  repair_paths:
-    description: For repair, the locked paths to rename from path (staging) into root/commit.
-    type: list
-    elements: str
-    default: []
-"""
 
 BUF = 1 << 20
 STAMP_VERSION = 1

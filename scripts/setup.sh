@@ -8,7 +8,10 @@
 #     standalone CPython); it stops with the fix when none can be found or installed;
 #   - /etc/containers/containers.conf: [engine] runtime = "runc" (crun fails on
 #     cgroups v1 "hybrid" hosts), merged into an existing file;
-#   - .venv with the pinned tooling from requirements-dev.txt.
+#   - .venv with the pinned tooling from requirements-dev.txt;
+#   - .venv-core2.20 with ansible-core 2.20 and the unit tests' needs from
+#     requirements-core2.20.txt (the 2.20 leg: make unit-core2.20, make sanity-core2.20), made
+#     with the same Python.
 # Idempotent: every step checks whether it is already done, so a second run
 # takes about a second.
 set -euo pipefail
@@ -17,7 +20,8 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly REPO_ROOT
 readonly VENV="${REPO_ROOT}/.venv"
 readonly REQUIREMENTS="${REPO_ROOT}/requirements-dev.txt"
-readonly VENV_STAMP="${VENV}/.setup-stamp"
+readonly VENV_CORE220="${REPO_ROOT}/.venv-core2.20"
+readonly REQUIREMENTS_CORE220="${REPO_ROOT}/requirements-core2.20.txt"
 readonly CONTAINERS_CONF="/etc/containers/containers.conf"
 
 # Rootful podman only: uidmap, slirp4netns and fuse-overlayfs serve rootless
@@ -146,28 +150,30 @@ find_python() {
   printf '%s\n' "${candidate}"
 }
 
+# setup_venv VENV REQUIREMENTS PYTHON: VENV with the pins of REQUIREMENTS, made with PYTHON.
 setup_venv() {
-  local wanted python current
-  python="$(find_python)"
-  wanted="$(sha256sum "${REQUIREMENTS}" | cut -d' ' -f1) $("${python}" -c 'import sys; print(sys.version.split()[0])')"
-  if [[ -x "${VENV}/bin/python" && -f "${VENV_STAMP}" && "$(cat "${VENV_STAMP}")" == "${wanted}" ]]; then
-    log ".venv is up to date with requirements-dev.txt (${python})"
+  local venv="$1" requirements="$2" python="$3" wanted current name
+  local stamp="${venv}/.setup-stamp"
+  name="$(basename "${venv}")"
+  wanted="$(sha256sum "${requirements}" | cut -d' ' -f1) $("${python}" -c 'import sys; print(sys.version.split()[0])')"
+  if [[ -x "${venv}/bin/python" && -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" ]]; then
+    log "${name} is up to date with $(basename "${requirements}") (${python})"
     return
   fi
   # A venv from another interpreter (e.g. the Python 3.11 one of older releases) is rebuilt.
-  current="$("${VENV}/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || true)"
+  current="$("${venv}/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || true)"
   if [[ -n "${current}" && "${current}" != "$("${python}" -c 'import sys; print(sys.version.split()[0])')" ]]; then
-    log "rebuilding ${VENV}: it runs Python ${current}, not ${python}"
-    rm -rf "${VENV}"
+    log "rebuilding ${venv}: it runs Python ${current}, not ${python}"
+    rm -rf "${venv}"
   fi
-  if [[ ! -x "${VENV}/bin/python" ]]; then
-    log "creating ${VENV} with ${python}"
-    "${python}" -m venv "${VENV}" || die "${python} -m venv failed"
+  if [[ ! -x "${venv}/bin/python" ]]; then
+    log "creating ${venv} with ${python}"
+    "${python}" -m venv "${venv}" || die "${python} -m venv failed"
   fi
-  log "installing requirements-dev.txt into .venv"
-  "${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${REQUIREMENTS}" \
-    || die "pip install -r requirements-dev.txt failed"
-  printf '%s\n' "${wanted}" >"${VENV_STAMP}"
+  log "installing $(basename "${requirements}") into ${name}"
+  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${requirements}" \
+    || die "pip install -r $(basename "${requirements}") failed"
+  printf '%s\n' "${wanted}" >"${stamp}"
 }
 
 start=${SECONDS}
@@ -175,5 +181,7 @@ install_apt_packages
 configure_container_runtime
 runtime="$(podman info --format '{{.Host.OCIRuntime.Name}}')" || die "podman info failed (see above)"
 [[ "${runtime}" == "runc" ]] || die "podman uses '${runtime}', not runc; check ${CONTAINERS_CONF}"
-setup_venv
+python="$(find_python)"
+setup_venv "${VENV}" "${REQUIREMENTS}" "${python}"
+setup_venv "${VENV_CORE220}" "${REQUIREMENTS_CORE220}" "${python}"
 log "done in $((SECONDS - start)) s"

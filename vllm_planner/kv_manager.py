@@ -178,7 +178,8 @@ def prefix_caching_default(geo: Geometry, version: Version) -> bool:
 
 def _state_page(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> int:
     lin = geo.linear
-    assert lin is not None
+    if lin is None:  # callers pass only geometries with linear layers
+        raise AssertionError("_state_page needs a geometry with linear-attention layers")
     num_spec = opts.num_speculative_tokens
     conv_dim = lin.conv_dim()
     if conv_dim % tp or lin.num_value_heads % tp:
@@ -241,7 +242,7 @@ def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLa
     page = attn_token * block
 
     buckets = [(kind, n) for kind, n in ((FULL, n_full), (SLIDING, n_sliding),
-                                          (LINEAR, n_linear)) if n]
+                                         (LINEAR, n_linear)) if n]
     if len(buckets) == 1:
         group_size = buckets[0][1]
         groups: tuple[Group, ...] = (Group(buckets[0][0], group_size),)

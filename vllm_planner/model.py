@@ -355,7 +355,7 @@ def parse_geometry(config: object) -> Geometry:
         max_position_embeddings=_max_positions(sec, p),
         dtype=dtype,
         tie_word_embeddings=bool(sec.get("tie_word_embeddings", cfg.get("tie_word_embeddings",
-                                                                         False))),
+                                                                        False))),
         mla_latent_dim=mla,
         moe_num_experts=experts,
         moe_top_k=top_k,

@@ -14,7 +14,7 @@ def split_gpus(gpu_count: object, tensor_parallel_size: object = 1,
     """8 GPUs at TP=2 -> four replicas on ports base..base+3 with GPU sets 0,1 / 2,3 / ..."""
     count = positive_int(gpu_count, "gpu_count", "give the number of GPUs on the host")
     tp = positive_int(tensor_parallel_size, "tensor_parallel_size",
-                       "use the number of GPUs one replica spans")
+                      "use the number of GPUs one replica spans")
     port = positive_int(base_port, "base_port", "use a free TCP port such as 8000")
     if count % tp:
         raise PlanError("tensor_parallel_size",

@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                           for i, (cfg, opts) in enumerate(calls)})
         got = outputs(cases)
         args.dump.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {canonical(v)}"
-                                                 for k, v in got.items()) + "\n}\n")
+                                                for k, v in got.items()) + "\n}\n")
         print(f"{len(got)} outputs -> {args.dump}")
     if args.write_golden:
         got = outputs(representative())

@@ -79,4 +79,3 @@ def test_bad_engine_input_is_refused_by_name_before_any_host(
     assert named in out, out[-3000:]
     assert "Fix" in out.split(named, 1)[1][:600]
     assert "UNREACHABLE" not in out and "PLAY [Driver, CUDA, model, engine" not in out
-

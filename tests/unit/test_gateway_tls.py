@@ -53,7 +53,7 @@ def test_preflight_accepts_a_real_pair(tmp_path: Path, pair: tuple[str, str]) ->
 @pytest.mark.parametrize("case", ["certificate only", "key only", "certificate not PEM",
                                   "key not PEM", "encrypted key", "key as certificate"])
 def test_preflight_refuses_half_a_pair_or_not_pem(tmp_path: Path, pair: tuple[str, str],
-                                                   case: str) -> None:
+                                                  case: str) -> None:
     cert, key = pair
     encrypted = key.replace("BEGIN PRIVATE KEY", "BEGIN ENCRYPTED PRIVATE KEY").replace(
         "END PRIVATE KEY", "END ENCRYPTED PRIVATE KEY")

@@ -338,7 +338,7 @@ def test_extra_flag_name_must_be_a_flag(name: str) -> None:
     ("kv-cache-memory-bytes", "0.10.1", r"decided by the planner"),
 ])
 def test_flags_known_to_be_gone_or_not_yet_there_are_refused(flag: str, version: str,
-                                                              message: str) -> None:
+                                                             message: str) -> None:
     with pytest.raises(PlanError, match=rf"extra_flags\.{flag}: .*{message}"):
         plan(vllm_version=version, extra_flags={flag: "x"})
 

@@ -85,7 +85,7 @@ def test_a_planned_max_num_seqs_above_the_batch_is_refused_when_sized(name: str)
     ({"gpu": "B300", "tensor_paralel_size": 1}, "tensor_paralel_size"),
 ])
 def test_the_first_fault_in_kv_plan_order_is_reported(faults: dict[str, Any],
-                                                       first: str) -> None:
+                                                      first: str) -> None:
     with pytest.raises(PlanError) as caught:
         kv_plan(dict(QWEN25_72B), **{**BASE, **faults})
     assert caught.value.field == first

@@ -72,7 +72,6 @@ def test_planner_choice_fits_the_small_pool(config: Path | None, kv_bytes: int |
     assert plan["hazards"] == []
 
 
-
 def test_sweep_plans_differ_only_in_max_num_seqs() -> None:
     workload = sweep.Workload()
     base = sweep.plan_for(workload, "/m", 8234, None)["argv"]

@@ -38,7 +38,7 @@ def test_hosts_of_a_group_never_share_a_window() -> None:
 def test_slots_wrap_past_midnight_and_the_week() -> None:
     assert restart_slot(2, "Sun 23:00", 45)["label"] == "Mon 00:30"
     assert restart_slot(1, "Sat 23:30", 60) == {"weekday": "0", "hour": "0", "minute": "30",
-                                               "label": "Sun 00:30"}
+                                                "label": "Sun 00:30"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -221,7 +221,7 @@ def test_restart_drains_each_replica_through_the_socket_it_is_given(
 
 
 def test_the_configurations_socket_is_used_without_the_flag(tmp_path: Path,
-                                                             run_main: Any) -> None:
+                                                            run_main: Any) -> None:
     gateway = gateway_at(tmp_path, {"vllm-0": "UP", "vllm-1": "UP"})
     config = write_config(tmp_path, gateway_socket=str(gateway.path))
     code, log, _ = run_main(FakeHost(gateway), "restart", "--config", str(config),
@@ -475,7 +475,7 @@ def render_cron_job(tmp_path: Path, *roles_in_play: str, **extra: object) -> str
 
 
 def test_the_cron_line_drains_through_a_moved_gateway_socket(tmp_path: Path,
-                                                              run_main: Any) -> None:
+                                                             run_main: Any) -> None:
     """Issue 22, item 2: set the documented engine_gateway_admin_socket to a non-default
     path; the cron line engine_restarts renders, run as cron runs it, drains through it."""
     gateway = gateway_at(tmp_path, {"vllm-0": "UP", "vllm-1": "UP"})

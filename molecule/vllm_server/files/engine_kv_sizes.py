@@ -34,7 +34,6 @@ BLOCK_LINE = re.compile(r"Setting attention block size to (\d+) tokens")
 REPORT_FD = os.dup(1)
 
 
-
 def engine_argv(argv: list[str]) -> list[str]:
     """`vllm serve MODEL --flags` -> `--model MODEL --flags` (frontend-only flags dropped)."""
     if argv[:2] != ["vllm", "serve"] or len(argv) < 3:

@@ -189,7 +189,7 @@ def test_flag_the_engine_refuses_stops_the_deploy_before_any_file(host: Host,
 
 
 def test_invalid_unit_value_changes_none_of_the_three_files(host: Host,
-                                                           tmp_path: Path) -> None:
+                                                            tmp_path: Path) -> None:
     """Issue 20 item 9: an invalid unit value (MemoryMax "lots") with a changed launch script
     (max_num_seqs 7). The role's preflight refuses it by name; with the preflight skipped,
     the candidates checked in a scratch directory stop the deploy before any of the
