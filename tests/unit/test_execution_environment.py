@@ -35,6 +35,15 @@ def test_requirements_pins_agree_with_dev() -> None:
 def test_requirements_are_closed() -> None:
     """Every dependency of a package in requirements.txt (as installed here) is pinned too."""
     runtime = ee.pins(ROOT / "requirements.txt")
+    installed: dict[str, str | None] = {}
+    for name in runtime:
+        try:
+            installed[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            installed[name] = None
+    if any(installed[name] != version for name, version in runtime.items()):
+        pytest.skip("requirements.txt is not what this interpreter has installed (the ansible-core"
+                    " 2.20 leg's venv); .venv, which has it, runs this check")
     missing: dict[str, str] = {}
     for name in runtime:
         for line in importlib.metadata.distribution(name).requires or []:
