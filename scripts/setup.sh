@@ -152,17 +152,18 @@ find_python() {
 
 # setup_venv VENV REQUIREMENTS PYTHON: VENV with the pins of REQUIREMENTS, made with PYTHON.
 setup_venv() {
-  local venv="$1" requirements="$2" python="$3" wanted current name
+  local venv="$1" requirements="$2" python="$3" wanted current name version
   local stamp="${venv}/.setup-stamp"
   name="$(basename "${venv}")"
-  wanted="$(sha256sum "${requirements}" | cut -d' ' -f1) $("${python}" -c 'import sys; print(sys.version.split()[0])')"
+  version="$("${python}" -c 'import sys; print(sys.version.split()[0])')"
+  wanted="$(sha256sum "${requirements}" | cut -d' ' -f1) ${version}"
   if [[ -x "${venv}/bin/python" && -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" ]]; then
     log "${name} is up to date with $(basename "${requirements}") (${python})"
     return
   fi
   # A venv from another interpreter (e.g. the Python 3.11 one of older releases) is rebuilt.
   current="$("${venv}/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || true)"
-  if [[ -n "${current}" && "${current}" != "$("${python}" -c 'import sys; print(sys.version.split()[0])')" ]]; then
+  if [[ -n "${current}" && "${current}" != "${version}" ]]; then
     log "rebuilding ${venv}: it runs Python ${current}, not ${python}"
     rm -rf "${venv}"
   fi
