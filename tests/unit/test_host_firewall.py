@@ -85,7 +85,9 @@ def render(**overrides: Any) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
                              trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(fw.FilterModule().filters())
+    # The template calls them by their full names, as Ansible resolves them in the collection.
+    env.filters.update({f"vllm_fleet.serving.{name}": f
+                        for name, f in fw.FilterModule().filters().items()})
     env.filters["flatten"] = flatten
     return env.get_template("vllm-allowlist.nft.j2").render(**values)
 
