@@ -21,10 +21,12 @@ SCANNED = ("roles", "playbooks", "molecule")
 SUFFIXES = (".yml", ".yaml", ".j2")
 
 # `| name` not preceded by a collection prefix; map('name') / select('name') / reject('name').
-_PIPE = re.compile(r"\|\s*(%s)\b(?!\.)" % "|".join(FILTERS))
-_TEST_ARG = re.compile(r"""(?:map|select|reject)\(\s*['"](%s)['"]""" % "|".join(FILTERS))
+_FILTER_NAMES = "|".join(FILTERS)
+_PIPE = re.compile(rf"\|\s*({_FILTER_NAMES})\b(?!\.)")
+_TEST_ARG = re.compile(rf"""(?:map|select|reject)\(\s*['"]({_FILTER_NAMES})['"]""")
 # A task's module key: `  name:` or `- name:` at the start of a line.
-_MODULE = re.compile(r"^\s*(?:-\s+)?(%s):(?:\s|$)" % "|".join(MODULES))
+_MODULE_NAMES = "|".join(MODULES)
+_MODULE = re.compile(rf"^\s*(?:-\s+)?({_MODULE_NAMES}):(?:\s|$)")
 
 
 def short_uses(text: str, modules: bool = True) -> list[tuple[int, str]]:
