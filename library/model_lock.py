@@ -139,6 +139,7 @@ from ansible_collections.vllm_fleet.serving.plugins.module_utils.model_lock impo
 __all__ = ["CONFIG_PATH", "Lock", "LockError", "LockedFile", "config_problem", "locked_entry",
            "parse_lock", "sha256_file"]
 
+
 def select_paths(paths: Iterable[str], patterns: Sequence[str]) -> list[str]:
     """Paths matching any pattern (fnmatch, like the Hub client's allow_patterns), sorted."""
     return sorted(p for p in set(paths) if any(fnmatch.fnmatch(p, pat) for pat in patterns))

@@ -80,7 +80,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 def test_the_tarball_leaves_out_the_checkouts_self_link(
         installed: Installed) -> None:
-    root, _, _ = installed
+    root = installed[0]
     assert not (root / ".collections").exists()
     assert (root / "plugins/module_utils/hashing.py").is_file()
     assert (root / "plugins/plugin_utils/vllm_planner/__init__.py").is_file()
@@ -112,7 +112,7 @@ def test_the_installed_plan_playbook_plans_the_local_inventory(
 
 def test_an_installed_module_runs_with_its_module_utils(
         installed: Installed, tmp_path: Path) -> None:
-    _, cwd, env = installed
+    cwd, env = installed[1:]
     data = tmp_path / "weights.bin"
     data.write_bytes(b"x" * 3000)
     ran = _run([_tool("ansible"), "localhost", "-c", "local", "-m", f"{FQCN}.deploy_manifest",

@@ -101,9 +101,10 @@ def test_the_modules_run_on_the_target_python(version: tuple[int, int], tmp_path
     (data / "a.bin").write_bytes(payload)
     (data / "b.bin").write_bytes(b"b" * 1000)
     digest = hashlib.sha256(payload).hexdigest()
-    files: list[dict[str, object]] = [{"path": name, "size": (data / name).stat().st_size,
-              "sha256": hashlib.sha256((data / name).read_bytes()).hexdigest()}
-             for name in ("a.bin", "b.bin")]
+    files: list[dict[str, object]] = [
+        {"path": name, "size": (data / name).stat().st_size,
+         "sha256": hashlib.sha256((data / name).read_bytes()).hexdigest()}
+        for name in ("a.bin", "b.bin")]
     playbook = tmp_path / "target.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "target", "hosts": "localhost", "connection": "local", "gather_facts": False,
