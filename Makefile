@@ -19,7 +19,7 @@ export PATH := $(VENV_BIN):$(PATH)
 
 SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # mypy refuses folders without Python files; check those that have some.
-MYPY_CANDIDATES := action_plugins filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files roles/nvidia_driver/filter_plugins roles/host_firewall/filter_plugins
+MYPY_CANDIDATES := action_plugins filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
 .PHONY: help setup images lint docs unit oracle molecule test demo plan rebuild

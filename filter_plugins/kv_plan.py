@@ -13,19 +13,13 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from ansible.errors import AnsibleFilterError
-
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from vllm_planner import (  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
     kv_plan,
     metric_names,
@@ -34,7 +28,12 @@ from vllm_planner import (  # noqa: E402
     plan_table,
     split_gpus,
 )
-from vllm_planner.stack import stack_problem  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.stack import (
+    stack_problem,
+)
+
+# The collection's root (the checkout, or an installed copy): it holds roles/vllm_plan.
+_ROOT = next(p for p in Path(__file__).resolve().parents if (p / "roles" / "vllm_plan").is_dir())
 
 
 def vllm_metrics(version: object) -> dict[str, str]:

@@ -13,18 +13,16 @@ unchecked and the note says so; site.yml's model stage still refuses a missing l
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from ansible.errors import AnsibleFilterError
-
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from library.model_lock import LockError, config_problem, parse_lock  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.module_utils.model_lock import (
+    LockError,
+    config_problem,
+    parse_lock,
+)
 
 _LOCK_SUFFIX = ".lock.yml"
 

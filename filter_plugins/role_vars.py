@@ -56,7 +56,8 @@ def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") ->
     return messages
 
 
-ROLES_DIR = Path(__file__).resolve().parents[1] / "roles"
+# The collection's roles (the checkout's, or an installed copy's).
+ROLES_DIR = next(p / "roles" for p in Path(__file__).resolve().parents if (p / "roles").is_dir())
 
 
 class RoleDefaultError(ValueError):

@@ -84,12 +84,13 @@ bytes:
 import fnmatch
 import glob
 import grp
-import hashlib
 import os
 import pwd
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from ansible_collections.vllm_fleet.serving.plugins.module_utils.hashing import sha256_file
 
 
 def _owner(st: os.stat_result) -> str:
@@ -128,11 +129,7 @@ def entry(path: Path) -> tuple[str, int]:
     st = path.lstat()
     if stat.S_ISLNK(st.st_mode):
         return f"symlink:{os.readlink(path)}", 0
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()} {stat.S_IMODE(st.st_mode):04o} {_owner(st)}", st.st_size
+    return f"sha256:{sha256_file(path)} {stat.S_IMODE(st.st_mode):04o} {_owner(st)}", st.st_size
 
 
 def build_manifest(

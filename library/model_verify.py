@@ -257,7 +257,6 @@ read:
 
 import concurrent.futures
 import fcntl
-import hashlib
 import json
 import multiprocessing
 import os
@@ -265,7 +264,10 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
+
+from ansible_collections.vllm_fleet.serving.plugins.module_utils.hashing import sha256_file
+from ansible_collections.vllm_fleet.serving.plugins.module_utils.model_lock import LockedFile
 
 BUF = 1 << 20
 STAMP_VERSION = 1
@@ -274,20 +276,8 @@ STAMP_VERSION = 1
 FICLONE = 0x40049409
 
 
-class LockedFile(TypedDict):
-    path: str
-    size: int
-    sha256: str
-
-
 class VerifyError(Exception):
     """Bad bytes or a bad layout: the message names each path."""
-
-
-def sha256_file(path: str) -> str:
-    """sha256 of a file, read in 1 MiB blocks (hashlib.file_digest releases the GIL)."""
-    with open(path, "rb", buffering=0) as fh:
-        return hashlib.file_digest(fh, "sha256", _bufsize=BUF).hexdigest()
 
 
 def cpu_count() -> int:
@@ -306,7 +296,9 @@ def hash_many(paths: Sequence[str], jobs: int = 0) -> dict[str, str]:
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         # Largest first: the pool stays busy until the end.
         order = sorted(paths, key=lambda p: -os.path.getsize(p))
-        return dict(zip(order, pool.map(sha256_file, order, chunksize=1), strict=True))
+        digests = list(pool.map(sha256_file, order, chunksize=1))
+        # One digest per path (no zip(strict=True): the target may run Python 3.9).
+        return dict(zip(order, digests))
 
 
 def stamp_key(st: os.stat_result) -> list[int]:

@@ -15,10 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "filter_plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kv_plan import engine_replicas, vllm_metric_selectors  # noqa: E402
+# PlanError as the filter raises it (the planner imported through the collection).
+from kv_plan import PlanError, engine_replicas, vllm_metric_selectors  # noqa: E402
 from test_prometheus_rules import PROMTOOL, render  # noqa: E402
-
-from vllm_planner import PlanError  # noqa: E402
 
 PLANNED = [{"index": 0, "name": "vllm-0", "port": 8100, "plan": {"ok": True}},
            {"index": 1, "name": "vllm-1", "port": 8101, "plan": {"ok": True}}]

@@ -110,7 +110,7 @@ def test_driver_facts_equal_the_driver_roles() -> None:
     """The plan resolves the driver the host gets with the driver role's own defaults."""
     import importlib.util
 
-    path = ROOT / "roles/nvidia_driver/filter_plugins/nvidia_driver_plan.py"
+    path = ROOT / "filter_plugins/nvidia_driver_plan.py"
     spec = importlib.util.spec_from_file_location("nvidia_driver_plan", path)
     assert spec and spec.loader
     role = importlib.util.module_from_spec(spec)

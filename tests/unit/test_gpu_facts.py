@@ -225,7 +225,8 @@ def test_module_runs_through_ansible(tmp_path: Path) -> None:
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
     ansible = Path(sys.executable).parent / "ansible"
     proc = subprocess.run(
-        [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", "gpu_facts",
+        [str(ansible), "localhost", "-c", "local", "-i", "localhost,",
+         "-m", "vllm_fleet.serving.gpu_facts",
          "-e", f"ansible_python_interpreter={sys.executable}",
          "-a", f"root={SYSFS / 'hgx-h200-x8'}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -242,7 +243,8 @@ def test_module_refuses_a_missing_root(tmp_path: Path) -> None:
                ANSIBLE_LOCAL_TEMP=str(tmp_path))
     ansible = Path(sys.executable).parent / "ansible"
     proc = subprocess.run(
-        [str(ansible), "localhost", "-c", "local", "-i", "localhost,", "-m", "gpu_facts",
+        [str(ansible), "localhost", "-c", "local", "-i", "localhost,",
+         "-m", "vllm_fleet.serving.gpu_facts",
          "-e", f"ansible_python_interpreter={sys.executable}",
          "-a", f"root={tmp_path / 'absent'}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "host_firewall"
 
 _spec = importlib.util.spec_from_file_location(
-    "host_firewall_filters", ROLE / "filter_plugins" / "host_firewall.py")
+    "host_firewall_filters", ROOT / "filter_plugins" / "host_firewall.py")
 assert _spec and _spec.loader
 fw = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fw)
@@ -85,7 +85,9 @@ def render(**overrides: Any) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
                              trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(fw.FilterModule().filters())
+    # The template calls them by their full names, as Ansible resolves them in the collection.
+    env.filters.update({f"vllm_fleet.serving.{name}": f
+                        for name, f in fw.FilterModule().filters().items()})
     env.filters["flatten"] = flatten
     return env.get_template("vllm-allowlist.nft.j2").render(**values)
 
@@ -161,8 +163,7 @@ def run_role(tmp_path: Path, tasks_from: str, variables: dict[str, Any],
         [PLAYBOOK, "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
          str(playbook)], cwd=ROOT, capture_output=True,
         text=True, timeout=120, check=False,
-        env=ansible_env(ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-                        ANSIBLE_FILTER_PLUGINS=str(ROOT / "filter_plugins"), **env))
+        env=ansible_env(ANSIBLE_ROLES_PATH=str(ROOT / "roles"), **env))
 
 
 GOOD = {"host_firewall_ssh_clients": ["10.0.0.0/24"],

@@ -100,6 +100,9 @@ def hub(code: str, endpoint: str, **env: str) -> Any:
         timeout=120,
         env={
             **os.environ,
+            # The modules import their module_utils through the checkout as the collection.
+            "PYTHONPATH": os.pathsep.join([str(ROOT / ".collections"),
+                                           os.environ.get("PYTHONPATH", "")]),
             "HF_ENDPOINT": endpoint,
             "HF_HUB_DISABLE_XET": "1",
             "HF_HUB_DISABLE_TELEMETRY": "1",

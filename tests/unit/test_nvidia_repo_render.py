@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "nvidia_driver"
 
 _spec = importlib.util.spec_from_file_location(
-    "nvidia_driver_plan", ROLE / "filter_plugins" / "nvidia_driver_plan.py")
+    "nvidia_driver_plan", ROOT / "filter_plugins" / "nvidia_driver_plan.py")
 assert _spec and _spec.loader
 plan_mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(plan_mod)

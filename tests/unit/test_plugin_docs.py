@@ -39,7 +39,9 @@ def test_tree_is_a_collection_with_every_plugin(tree: Path) -> None:
     assert sorted(p.stem for p in (plugins / "action").glob("*.py")) == ACTIONS
     filters = {p.name for p in (plugins / "filter").glob("*.py")}
     assert {p.name for p in (ROOT / "filter_plugins").glob("*.py")} <= filters
-    assert {p.name for p in ROOT.glob("roles/*/filter_plugins/*.py")} <= filters
+    # No plugins inside roles: each lives once, in the collection's plugins/ (issue 23).
+    assert not [p for kind in ("filter_plugins", "library", "action_plugins", "module_utils")
+                for p in ROOT.glob(f"roles/*/{kind}/*.py")]
     # real files: ansible-test does not read through symlinks
     assert not any(p.is_symlink() for p in tree.rglob("*"))
 

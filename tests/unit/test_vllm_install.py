@@ -105,7 +105,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, A
         "vars_files": [str(ROLE / "vars/main.yml")],
         "vars": {"_argv": install["ansible.builtin.command"]["argv"],
                  "_environment": install["environment"],
-                 "_constraints": constraints["managed_file"]["content"]},
+                 "_constraints": constraints["vllm_fleet.serving.managed_file"]["content"]},
         "tasks": [
             role_task("Check the prebuilt kernel pins and their indexes"),
             role_task("Check the package sources"),

@@ -196,8 +196,9 @@ def role_tasks() -> list[dict[str, Any]]:
              for task in yaml.safe_load((ROLE / "tasks" / file).read_text())}
     chosen = [tasks[name] for name in TASKS]
     for task in chosen:  # the role's files by absolute path (this play is outside the role)
-        if "src" in task.get("managed_file", {}):
-            task["managed_file"]["src"] = str(ROLE / "files" / task["managed_file"]["src"])
+        managed = task.get("vllm_fleet.serving.managed_file", {})
+        if "src" in managed:
+            managed["src"] = str(ROLE / "files" / managed["src"])
     return chosen
 
 

@@ -97,9 +97,11 @@ def steady_load(host: Any, result: dict[str, Any]) -> Iterator[None]:
 def playbook(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A playbook against the scenario's host, as molecule runs them."""
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
-           "ANSIBLE_LIBRARY": str(ROOT / "library"),
-           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1",
+           # The checkout is the collection vllm_fleet.serving.
+           "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+               [str(ROOT / ".collections"), "~/.ansible/collections",
+                "/usr/share/ansible/collections"]),
+           "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"),

@@ -260,9 +260,11 @@ def playbook_run(playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
     """One of the scenario's playbooks against the scenario's host, as molecule runs them."""
     scenario = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_FILTER_PLUGINS": str(ROOT / "filter_plugins"),
-           "ANSIBLE_LIBRARY": str(ROOT / "library"),
-           "ANSIBLE_ACTION_PLUGINS": str(ROOT / "action_plugins"), "ANSIBLE_NOCOLOR": "1",
+           # The checkout is the collection vllm_fleet.serving.
+           "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+               [str(ROOT / ".collections"), "~/.ansible/collections",
+                "/usr/share/ansible/collections"]),
+           "ANSIBLE_NOCOLOR": "1",
            # molecule exports ANSIBLE_FORCE_COLOR=true, which wins over NOCOLOR.
            "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(

@@ -69,7 +69,7 @@ def host_firewall_networks(entries: Iterable[Any],
     v4: list[ipaddress.IPv4Network] = []
     v6: list[ipaddress.IPv6Network] = []
     for entry in entries:
-        network, _ = _resolve(entry, hostvars)
+        network = _resolve(entry, hostvars)[0]
         if isinstance(network, ipaddress.IPv4Network):
             v4.append(network)
         elif isinstance(network, ipaddress.IPv6Network):
@@ -93,7 +93,7 @@ def host_firewall_admits(entries: Iterable[Any], address: str,
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     for entry in entries:
-        network, _ = _resolve(entry, hostvars)
+        network = _resolve(entry, hostvars)[0]
         if network is not None and ip.version == network.version and ip in network:
             return True
     return False

@@ -262,7 +262,8 @@ def nvidia_driver_branch_problem(plan: Plan, gpu_facts: dict[str, Any]) -> str:
         counts[gpu["model"]] = counts.get(gpu["model"], 0) + 1
     found = ", ".join(f"{n} x {model}" for model, n in sorted(counts.items()))
     fixes = [f"{DEBIAN_RELEASE_NAMES[rel]}, which packages {ver}"
-             for rel, ver in DEBIAN_DRIVER_VERSIONS.items() if int(ver.split(".")[0]) >= needed]
+             for rel, ver in DEBIAN_DRIVER_VERSIONS.items()
+             if int(ver.split(".", maxsplit=1)[0]) >= needed]
     other = (f" Or, for an engine whose CUDA that driver runs, use {' or '.join(fixes)}."
              if fixes and plan["source"] == "debian" else "")
     return (
