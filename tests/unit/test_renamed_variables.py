@@ -59,8 +59,8 @@ def run(tmp: Path, hosts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str
     inventory = {"all": {"vars": {**defaults, "ansible_connection": "local",
                                   "ansible_python_interpreter": sys.executable},
                          "hosts": hosts}}
-    report = {internal: "{{ %s }}" % internal for _, _, internal, _ in RENAMES}
-    report["site_gate"] = "{{ %s }}" % site_gate_condition()
+    report = {internal: "{{ " + internal + " }}" for _, _, internal, _ in RENAMES}
+    report["site_gate"] = "{{ " + site_gate_condition() + " }}"
     report["nvidia_driver_without_gpu"] = "{{ nvidia_driver_without_gpu }}"
     report["cuda_toolkit_without_gpu"] = "{{ cuda_toolkit_without_gpu }}"
     play = [{

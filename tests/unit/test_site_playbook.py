@@ -63,8 +63,8 @@ def test_every_stage_has_its_tag(tmp_path: Path) -> None:
         match = re.search(r"TASK TAGS: \[(.*)\]", line)
         if match:
             tags |= {t.strip() for t in match[1].split(",")}
-    assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "benchmark", "verify",
-            "restarts", "firewall"} <= tags
+    assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "benchmark",
+            "verify", "restarts", "firewall"} <= tags
 
 
 def test_local_prestaged_model_matches_its_lock() -> None:
