@@ -92,9 +92,9 @@ def floor_steps(installer: str) -> tuple[str, str]:
     engine = yaml.safe_load((GROUP_VARS / "main.yml").read_text())
     pins = yaml.safe_load((GROUP_VARS / "constraints.yml").read_text())
     uv_version = yaml.safe_load(UV_DEFAULTS.read_text())["vllm_server_uv_version"]
-    constraints = "\n".join(pins["vllm_server_pip_constraints"])
+    constraints = "\n".join(pins["vllm_server_uv_constraints"])
     package = shlex.quote(f"{engine['vllm_server_package']}=={engine['vllm_server_version']}")
-    remove = engine["vllm_server_pip_remove"]
+    remove = engine["vllm_server_uv_remove"]
     cert = "--cert /etc/ssl/certs/ca-certificates.crt"
     system = "\n".join([
         "set -eu",

@@ -63,8 +63,8 @@ def test_every_stage_has_its_tag(tmp_path: Path) -> None:
         match = re.search(r"TASK TAGS: \[(.*)\]", line)
         if match:
             tags |= {t.strip() for t in match[1].split(",")}
-    assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "gate",
-            "restarts", "firewall"} <= tags
+    assert {"plan", "driver", "cuda", "model", "engine", "gateway", "monitoring", "benchmark",
+            "verify", "restarts", "firewall"} <= tags
 
 
 def test_local_prestaged_model_matches_its_lock() -> None:
@@ -108,8 +108,8 @@ def test_engines_load_while_gateway_and_metrics_install_then_are_verified(
 
 
 def test_engine_rollout_without_the_gateway_still_verifies(tmp_path: Path) -> None:
-    """What the benchmark scenario's rollout runs: --tags engine,gate --skip-tags gateway."""
-    tasks = listed_tasks(two_host_inventory(tmp_path), "--tags", "engine,gate",
+    """What the benchmark scenario's rollout runs: --tags engine,benchmark --skip-tags gateway."""
+    tasks = listed_tasks(two_host_inventory(tmp_path), "--tags", "engine,benchmark",
                          "--skip-tags", "gateway")
     assert not any(t.startswith("engine_gateway : ") for t in tasks)
     assert index_of(tasks, "vllm_server : Wait for each replica's /health") < index_of(

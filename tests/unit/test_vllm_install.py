@@ -65,24 +65,24 @@ CASES: dict[str, dict[str, Any]] = {
     "engine-scenario": {k: v for k, v in SCENARIO_ENGINE.items()
                         if k.startswith("vllm_server_")},
     "air-gapped": {"vllm_server_prebuilt_kernels_index_urls": [],
-                   "vllm_server_pip_find_links": "/srv/wheelhouse",
-                   "vllm_server_pip_extra_args": "--no-index"},
-    "same-pins-in-freeze": {"vllm_server_pip_constraints": [
+                   "vllm_server_uv_find_links": "/srv/wheelhouse",
+                   "vllm_server_uv_extra_args": "--no-index"},
+    "same-pins-in-freeze": {"vllm_server_uv_constraints": [
         "Flashinfer_Cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130",
         "torch==2.13.0"]},
-    "contradicting-freeze": {"vllm_server_pip_constraints": ["flashinfer_cubin==0.6.13"]},
+    "contradicting-freeze": {"vllm_server_uv_constraints": ["flashinfer_cubin==0.6.13"]},
     "range-not-pin": {"vllm_server_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
     "index-not-url": {"vllm_server_prebuilt_kernels_index_urls": ["flashinfer.ai/whl"]},
     "index-with-credentials": {
-        "vllm_server_pip_index_url": "https://deploy:s3cr%40t\"x@pypi.internal:8443/simple",
-        "vllm_server_pip_find_links": "https://deploy:s3cr%40t\"x@pypi.internal:8443/wheels/",
+        "vllm_server_uv_index_url": "https://deploy:s3cr%40t\"x@pypi.internal:8443/simple",
+        "vllm_server_uv_find_links": "https://deploy:s3cr%40t\"x@pypi.internal:8443/wheels/",
         "vllm_server_prebuilt_kernels_index_urls": ["https://k:k3rnel-pw@mirror.internal/whl"]},
-    "index-with-space": {"vllm_server_pip_index_url": "https://pypi.internal/simple extra"},
-    "index-not-a-url": {"vllm_server_pip_index_url": "pypi.internal/simple"},
+    "index-with-space": {"vllm_server_uv_index_url": "https://pypi.internal/simple extra"},
+    "index-not-a-url": {"vllm_server_uv_index_url": "pypi.internal/simple"},
     "kernel-index-newline": {"vllm_server_prebuilt_kernels_index_urls": [
         "https://k:k3rnel-pw@mirror.internal/whl\n[global]"]},
     "credentials-in-extra-args": {
-        "vllm_server_pip_extra_args": "--extra-index-url https://u:extra-pw@pypi.internal/simple"},
+        "vllm_server_uv_extra_args": "--extra-index-url https://u:extra-pw@pypi.internal/simple"},
 }
 
 
@@ -197,8 +197,8 @@ def test_air_gapped_site_takes_the_kernels_from_its_wheelhouse(
 def test_index_urls_with_credentials_reach_pip_and_uv_only_through_their_config_files(
         rendered: tuple[str, dict[str, Any]]) -> None:
     out = case(rendered, "index-with-credentials")
-    url = CASES["index-with-credentials"]["vllm_server_pip_index_url"]
-    wheels = CASES["index-with-credentials"]["vllm_server_pip_find_links"]
+    url = CASES["index-with-credentials"]["vllm_server_uv_index_url"]
+    wheels = CASES["index-with-credentials"]["vllm_server_uv_find_links"]
     # Read back byte for byte (the quote and the percent sign survive INI and TOML) ...
     assert out["pip"] == {"index-url": url, "find-links": wheels}
     assert out["uv"] == {"find-links": [wheels],
@@ -214,7 +214,7 @@ def test_index_urls_with_credentials_reach_pip_and_uv_only_through_their_config_
 def test_package_sources_a_config_file_cannot_hold_are_refused_without_echoing_them(
         rendered: tuple[str, dict[str, Any]], name: str) -> None:
     message = failure(rendered, name)
-    assert "vllm_server_pip_index_url must be empty or an http(s):// or file:// URL" in message
+    assert "vllm_server_uv_index_url must be empty or an http(s):// or file:// URL" in message
     assert "extra-pw" not in message and "k3rnel-pw" not in message
 
 

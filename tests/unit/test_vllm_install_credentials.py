@@ -6,7 +6,7 @@ the main entry point's order; the host-level ones left out: apt, the service use
 a real ansible-playbook against this machine (connection local) in a
 scratch root, and really install: pip installs uv, then uv installs a small "engine" and a
 "prebuilt kernel", from a local package index that requires HTTP basic auth, with canary
-passwords in vllm_server_pip_index_url and vllm_server_prebuilt_kernels_index_urls. While
+passwords in vllm_server_uv_index_url and vllm_server_prebuilt_kernels_index_urls. While
 it runs, a sampler reads every process's command line (what ps shows) and environment; the
 canaries must be in none of them and not in the -vvv output, and the index must have
 answered authenticated requests (pip and uv read the credentials from the role's files)."""
@@ -208,7 +208,7 @@ def play(tmp: Path, indexes: tuple[Index, Index], *args: str) -> subprocess.Comp
             "vllm_server_user": "root", "vllm_server_group": "root",
             "vllm_server_package": "canary-engine", "vllm_server_version": "1.0",
             "vllm_server_prebuilt_kernels": ["canary-kernel==1.0"],
-            "vllm_server_pip_index_url":
+            "vllm_server_uv_index_url":
                 f"http://{MAIN[0]}:{MAIN[1]}@127.0.0.1:{indexes[0].port}/simple",
             "vllm_server_prebuilt_kernels_index_urls":
                 [f"http://{KERNELS[0]}:{KERNELS[1]}@127.0.0.1:{indexes[1].port}/simple"]}

