@@ -59,9 +59,9 @@ def _merged(*paths: Path) -> dict[str, Any]:
     return {k: v for path in paths for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 
 
-# The local target's engine group as it was before the CPU engine moved to cpu_engine.yml
-# (without constraints.yml, the full freeze), and the vllm_server scenario's (the same cpu_engine.yml linked through
-# molecule/shared/group_vars, tiny_model.yml there, then the scenario's play variables).
+# The local target's engine group (cpu_engine.yml and main.yml; constraints.yml, the full
+# freeze, left out as before), and the vllm_server scenario's: the same cpu_engine.yml
+# linked through molecule/shared/group_vars, tiny_model.yml there, then its play variables.
 LOCAL_GROUP = ROOT / "inventories/local/group_vars/vllm_servers"
 LOCAL_ENGINE = _merged(LOCAL_GROUP / "cpu_engine.yml", LOCAL_GROUP / "main.yml")
 SCENARIO_ENGINE = _merged(
