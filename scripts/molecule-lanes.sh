@@ -7,6 +7,8 @@
 #                firewall, plan), one after another, beside the engine lane;
 #   last:        benchmark, alone, because its TTFT gate measures the machine's cores.
 #
+# Each scenario runs with MOLECULE_IMAGE set to the image scripts/molecule-image.sh names
+# for it (the base platform's image; localhost/testhost:engine for the engine scenarios).
 # Each lane's output goes to its own log under MOLECULE_LANES_LOGS (default
 # .molecule-lanes/), whose lines are also echoed here prefixed with the lane's name.
 # The engine lane starts first; the host lane's scenarios are mostly apt and container
@@ -34,11 +36,14 @@ in_list() {
 # run_lane NAME SCENARIO... : run scenarios in order, record pass/fail per scenario.
 run_lane() {
   local lane="$1"; shift
-  local scenario start rc=0
+  local scenario start image rc=0
   for scenario in "$@"; do
     start=${SECONDS}
-    echo "=== [${lane}] molecule test -s ${scenario}"
-    if molecule test -s "${scenario}"; then
+    # The image of the scenario's base platform (.config/molecule/config.yml): one table,
+    # scripts/molecule-image.sh.
+    image="$(scripts/molecule-image.sh "${scenario}")"
+    echo "=== [${lane}] MOLECULE_IMAGE=${image} molecule test -s ${scenario}"
+    if MOLECULE_IMAGE="${image}" molecule test -s "${scenario}"; then
       echo "=== [${lane}] molecule scenario ${scenario} passed in $((SECONDS - start)) s"
       echo "${scenario} passed $((SECONDS - start))" >> "${LOGS}/${lane}.result"
     else

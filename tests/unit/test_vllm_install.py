@@ -52,9 +52,21 @@ def test_background_and_in_place_installs_run_the_same_command_under_the_same_lo
     assert probe["until"] == "_vllm_server_installed.rc != 75"
 
 
-LOCAL_ENGINE = yaml.safe_load(
-    (ROOT / "inventories/local/group_vars/vllm_servers/main.yml").read_text())
-SCENARIO_ENGINE = yaml.safe_load((ROOT / "molecule/vllm_server/vars/scenario.yml").read_text())
+
+
+def _merged(*paths: Path) -> dict[str, Any]:
+    """The variables of ``paths``, later files winning (as Ansible layers them)."""
+    return {k: v for path in paths for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
+
+
+# The local target's engine group (cpu_engine.yml and main.yml; constraints.yml, the full
+# freeze, left out as before), and the vllm_server scenario's: the same cpu_engine.yml
+# linked through molecule/shared/group_vars, tiny_model.yml there, then its play variables.
+LOCAL_GROUP = ROOT / "inventories/local/group_vars/vllm_servers"
+LOCAL_ENGINE = _merged(LOCAL_GROUP / "cpu_engine.yml", LOCAL_GROUP / "main.yml")
+SCENARIO_ENGINE = _merged(
+    *sorted((ROOT / "molecule/shared/group_vars/vllm_servers").glob("*.yml")),
+    ROOT / "molecule/vllm_server/vars/scenario.yml")
 
 # Each case is one host of the rendering run, its variables those host's vars.
 CASES: dict[str, dict[str, Any]] = {

@@ -26,7 +26,10 @@ from host_http import request_in_host  # noqa: E402
 from vllm_planner import metric_names, parse_version  # noqa: E402
 
 LOCAL = ROOT / "inventories/local"
-GROUP_VARS = yaml.safe_load((LOCAL / "group_vars/vllm_servers/main.yml").read_text())
+# The engine group's variables, every file of the directory (as Ansible reads them: in name
+# order, later files win): main.yml, cpu_engine.yml (the CPU engine), constraints.yml.
+GROUP_VARS = {k: v for path in sorted((LOCAL / "group_vars/vllm_servers").glob("*.yml"))
+              for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 PLAN_DEFAULTS = yaml.safe_load((ROOT / "roles/vllm_plan/defaults/main.yml").read_text())
 VERSION = str(GROUP_VARS["vllm_server_version"])
 PLAN_HOST = GROUP_VARS.get("vllm_plan_host") or PLAN_DEFAULTS["vllm_plan_host"]

@@ -27,7 +27,10 @@ from vllm_planner import kv_plan  # noqa: E402
 LOCAL = ROOT / "inventories/local"
 LOCK = yaml.safe_load((LOCAL / "models/tiny-qwen2.lock.yml").read_text())
 CONFIG = json.loads((LOCAL / "models/tiny-qwen2/config.json").read_text())
-GROUP_VARS = yaml.safe_load((LOCAL / "group_vars/vllm_servers/main.yml").read_text())
+# The engine group's variables, every file of the directory (as Ansible reads them: in name
+# order, later files win): main.yml, cpu_engine.yml (the CPU engine), constraints.yml.
+GROUP_VARS = {k: v for path in sorted((LOCAL / "group_vars/vllm_servers").glob("*.yml"))
+              for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 # The address replicas listen on (behind the gateway): the inventory's, else vllm_plan's default.
 PLAN_HOST = GROUP_VARS.get("vllm_plan_host") or yaml.safe_load(
     (ROOT / "roles/vllm_plan/defaults/main.yml").read_text())["vllm_plan_host"]

@@ -303,7 +303,7 @@ def test_replica_removed_from_the_plan_is_retired(host: Host) -> None:
     assert host.service("vllm-1").is_running
     vllm_0 = invocation(host, UNIT)
     out = run_playbook("converge.yml")
-    assert "changed: [vllm-server-debian12] => (item=vllm-1)" in out, out[-3000:]
+    assert "changed: [vllm_server-debian12] => (item=vllm-1)" in out, out[-3000:]
     for path in ("/etc/systemd/system/vllm-1.service", "/etc/vllm/vllm-1.env",
                  "/srv/vllm/bin/vllm-1.sh"):
         assert not host.file(path).exists, f"{path} left behind"
