@@ -43,7 +43,8 @@ run_lane() {
     # scripts/molecule-image.sh.
     image="$(scripts/molecule-image.sh "${scenario}")"
     echo "=== [${lane}] MOLECULE_IMAGE=${image} molecule test -s ${scenario}"
-    if MOLECULE_IMAGE="${image}" molecule test -s "${scenario}"; then
+    if MOLECULE_IMAGE="${image}" molecule test -s "${scenario}" 2>&1 \
+        | tee "${LOGS}/${scenario}.log"; then
       echo "=== [${lane}] molecule scenario ${scenario} passed in $((SECONDS - start)) s"
       echo "${scenario} passed $((SECONDS - start))" >> "${LOGS}/${lane}.result"
     else
@@ -55,11 +56,23 @@ run_lane() {
   return "${rc}"
 }
 
+# failure_excerpt SCENARIO: the lines of a failed scenario's log (or the checks' log)
+# that say why (pytest's failures and assertion lines, Ansible's fatal and failed results,
+# molecule's errors), so that the end of a long CI log names the cause.
+failure_excerpt() {
+  local log="${LOGS}/$1.log"
+  echo "=== why $1 failed (from ${log}; the whole output is above):"
+  # molecule boxes a step's output ("  │ " after colour codes): both are taken off first.
+  sed -E $'s/\x1b\\[[0-9;]*m//g; s/^ *\u2502 ?//' "${log}" \
+    | grep -E '^(FAILED|ERROR) |^E  |^tests/.*Error$|fatal: \[|failed: \[|CRITICAL|AssertionError' \
+    | grep -v -E 'FAILED - RETRYING|glob failed' | cut -c1-400 | tail -n 40 || true
+}
+
 # run_first LANE COMMAND: run COMMAND, recorded like a scenario under the name "checks".
 run_first() {
   local lane="$1" command="$2" start=${SECONDS}
   echo "=== [${lane}] ${command}"
-  if bash -c "${command}"; then
+  if bash -c "${command}" 2>&1 | tee "${LOGS}/checks.log"; then
     echo "=== [${lane}] checks passed in $((SECONDS - start)) s"
     echo "checks passed $((SECONDS - start))" >> "${LOGS}/${lane}.result"
   else
@@ -113,6 +126,9 @@ main() {
   echo "=== molecule summary (scenario, result, seconds)"
   cat "${LOGS}/engine.result" "${LOGS}/host.result" "${LOGS}/last.result"
   if grep -q FAILED "${LOGS}"/*.result; then
+    for scenario in $(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1); do
+      failure_excerpt "${scenario}"
+    done
     echo "=== failed: $(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1 | tr '\n' ' ')" >&2
     rc=1
   elif [[ ${rc} -ne 0 ]]; then

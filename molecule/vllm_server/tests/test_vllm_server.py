@@ -47,6 +47,18 @@ def main_pid(host: Host) -> int:
     return int(host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip())
 
 
+def planned_options() -> dict[str, Any]:
+    """vllm_plan_options as the scenario's host gets it: the shared group_vars of the engine
+    scenarios (molecule/shared/group_vars/vllm_servers, the local inventory's CPU engine
+    and the tiny model), then the scenario's own vars file over them."""
+    merged: dict[str, Any] = {}
+    shared = Path(__file__).parents[2] / "shared/group_vars/vllm_servers"
+    for path in [*sorted(shared.glob("*.yml")), Path(__file__).parents[1] / "vars/scenario.yml"]:
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    assert "vllm_plan_options" in merged, f"no vllm_plan_options in {shared} or vars/scenario.yml"
+    return dict(merged["vllm_plan_options"])
+
+
 def test_unit_active_and_enabled(host: Host) -> None:
     service = host.service(UNIT)
     assert service.is_enabled
@@ -169,8 +181,7 @@ def test_flag_the_engine_refuses_stops_the_deploy_before_any_file(host: Host,
     """A tool parser this vLLM lacks: the planner passes it (it cannot know every parser),
     the installed engine refuses it before configure, naming the flag; the replica's files
     and its running engine stay as they were."""
-    scenario = yaml.safe_load((Path(__file__).parents[1] / "vars/scenario.yml").read_text())
-    options = scenario["vllm_plan_options"]
+    options = planned_options()
     options["extra_flags"] = {**options["extra_flags"], "tool-call-parser": "no-such-parser"}
     extra = tmp_path / "bad-flag.json"
     extra.write_text(json.dumps({"vllm_plan_options": options}))
@@ -195,8 +206,7 @@ def test_invalid_unit_value_changes_none_of_the_three_files(host: Host,
     the candidates checked in a scratch directory stop the deploy before any of the
     environment file, launch script and unit is written (main wrote the launch script, then
     failed on the unit), and the engine is not restarted."""
-    scenario = yaml.safe_load((Path(__file__).parents[1] / "vars/scenario.yml").read_text())
-    options = {**scenario["vllm_plan_options"], "max_num_seqs": 7}
+    options = {**planned_options(), "max_num_seqs": 7}
     extra = tmp_path / "bad-unit.json"
     extra.write_text(json.dumps({"vllm_plan_options": options,
                                  "vllm_server_memory_max": "lots"}))
