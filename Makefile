@@ -4,8 +4,10 @@
 #   images    systemd test-host images, cached by input hash (scripts/build-images.sh)
 #   then two lanes side by side (scripts/molecule-lanes.sh):
 #     engine lane: the engine image, then the engine scenarios (operations, site, vllm_server)
-#     host lane:   lint (yamllint, ansible-lint, ruff, mypy), unit (pytest tests/unit), then
-#                  every other molecule scenario (molecule/NAME/molecule.yml)
+#     host lane:   lint (yamllint, ansible-lint, ruff, mypy), unit (pytest tests/unit) and
+#                  unit-core2.20, sanity and sanity-core2.20 (ansible-test sanity on
+#                  ansible-core 2.21 and 2.20), then every other molecule scenario
+#                  (molecule/NAME/molecule.yml)
 #   then the benchmark scenario alone (its TTFT gate measures the cores), and
 #   oracle    vLLM's own KV-cache code judges the planner, inside the engine image
 SHELL := /bin/bash
@@ -33,7 +35,7 @@ help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
 	@echo "make plan       the plan of inventories/local only (control node, changes nothing)"
 	@echo "make rebuild    rebuild the local target from its pins and compare sha256 (after demo)"
-	@echo "make test       setup + lint + unit + images + molecule (the CI command)"
+	@echo "make test       setup + lint + unit + sanity (both cores) + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
 	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current, plugin docs, changelog fragments"
@@ -87,11 +89,12 @@ molecule: images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
-# The lint and unit checks run at the head of the host lane, beside the engine scenarios
-# (scripts/molecule-lanes.sh --host-first); a failure in any of them fails the target.
+# The lint, unit and sanity checks (ansible-core 2.21 and 2.20) run at the head of the host
+# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first); a failure in any
+# of them fails the target.
 test: setup images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
-	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20" $(SCENARIOS)
+	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" $(SCENARIOS)
 	$(MAKE) oracle
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made

@@ -121,7 +121,7 @@ def http_get(port: int, path: str) -> tuple[int, str]:
 
 
 def preemptions_total(port: int) -> int:
-    _, text = http_get(port, "/metrics")
+    _status, text = http_get(port, "/metrics")
     total = 0.0
     for line in text.splitlines():
         if line.startswith("vllm:num_preemptions_total"):
@@ -161,7 +161,8 @@ def stream_one(port: int, prompt: list[int], max_tokens: int) -> tuple[float, in
 def run_workload(port: int, workload: Workload, seed: int, max_num_seqs: int) -> Run:
     rng = random.Random(seed)
     prompts = [[rng.randint(workload.vocab_low, workload.vocab_high)
-                for _ in range(workload.prompt_tokens)] for _ in range(workload.requests)]
+                for _token in range(workload.prompt_tokens)]
+               for _request in range(workload.requests)]
     before = preemptions_total(port)
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=workload.concurrency) as pool:
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         all_runs[label] = [asdict(r) for r in runs]
         medians.append((label, median_run(runs)))
         print(table([medians[-1]]).splitlines()[-1], flush=True)
-    result = verdict([r for _, r in medians[:-1]], medians[-1][1])
+    result = verdict([r for _label, r in medians[:-1]], medians[-1][1])
     print(table(medians))
     print(json.dumps(result, indent=1))
     if args.json:

@@ -78,7 +78,7 @@ def start_host(name: str, ssh_port: int | None = None) -> None:
                   "openssh-server >/dev/null"])
         if out.returncode != 0:
             raise SystemExit(f"installing openssh-server in {name} failed: {out.stderr}")
-        for _ in range(60):
+        for _attempt in range(60):
             if sh(["ssh-keyscan", "-p", str(ssh_port), "127.0.0.1"]).stdout:
                 return
             time.sleep(1)
@@ -152,7 +152,7 @@ def site_pip_seconds(log: str) -> float | None:
     starts = task_starts(log)
     begin = next((t for t, n in starts
                   if n.endswith("Start installing the pinned vLLM in the background")), None)
-    waits = [i for i, (_, n) in enumerate(starts)
+    waits = [i for i, (_start, n) in enumerate(starts)
              if n.endswith("Wait for any install in progress, then read the engine and kernel "
                            "versions and the unwanted packages")]
     end = starts[waits[-1] + 1][0] if waits and waits[-1] + 1 < len(starts) else None

@@ -201,7 +201,7 @@ def check_tarball(tarball: Path, galaxy_yml: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     col = sub.add_parser("collection", help="build build/ee/" + TARBALL)
     col.add_argument("--output", type=Path, default=ROOT / "build" / "ee")

@@ -104,7 +104,7 @@ def write_lock(dest: Path, lock: Path, repo_id: str) -> None:
     files = sorted(p for p in dest.iterdir() if p.is_file())
     digests = [(p.name, p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
                for p in files]
-    commit = hashlib.sha1("".join(f"{name} {sha}\n" for name, _, sha in digests).encode(),
+    commit = hashlib.sha1("".join(f"{name} {sha}\n" for name, _size, sha in digests).encode(),
                           usedforsecurity=False).hexdigest()
     lines = ["---", "# Model lock of a generated test model (scripts/make_tiny_model.py --lock):",
              "# not on the Hub, so the commit is the sha1 of the sorted 'path sha256' lines.",

@@ -16,7 +16,7 @@
 #
 # Usage: scripts/molecule-lanes.sh [--host-first COMMAND] SCENARIO...
 #   --host-first COMMAND: run COMMAND (e.g. "make lint unit") at the head of the host lane;
-#   `make test` puts the lint and unit checks there, since the host lane ends long before
+#   `make test` puts the lint, unit and sanity checks there, since the host lane ends long before
 #   the engine lane (host ~21 min, engine ~60 min on 2 cores), so they cost no wall time.
 # Exit: 0 when every scenario (and COMMAND) passed, 1 otherwise (each failure is named).
 set -euo pipefail

@@ -93,7 +93,7 @@ def check_type(root: Path, fqcn: str, plugin_type: str) -> tuple[list[str], list
     names = sorted(json.loads(listed.stdout or "{}"))
     if not names:
         return problems, []
-    docs, _ = render(root, plugin_type, names)
+    docs, _render_problems = render(root, plugin_type, names)
     for name in names:
         lacks = missing_sections(docs.get(name))
         if lacks:

@@ -111,7 +111,8 @@ def rows(options: Spec, prefix: str = "") -> Iterator[tuple[str, ...]]:
 
 
 def table(options: Spec) -> list[str]:
-    lines = ["| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]
+    lines = ["| " + " | ".join(HEADER) + " |",
+             "| " + " | ".join("---" for _column in HEADER) + " |"]
     lines += [
         "|" + "|".join(f" {cell} " if cell else " " for cell in row) + "|" for row in rows(options)
     ]

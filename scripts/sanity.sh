@@ -30,6 +30,8 @@ venv="$(cd "${REPO_ROOT}" && cd "$1" 2>/dev/null && pwd)" \
   || die "$1: no such virtual environment. Fix: run make setup (it makes .venv and .venv-core2.20)"
 shift
 [[ -x "${venv}/bin/ansible-test" ]] || die "${venv} has no ansible-test. Fix: run make setup"
+# ansible-test skips its shellcheck test, with a warning only, where shellcheck is missing.
+command -v shellcheck >/dev/null || die "shellcheck not found (ansible-test would skip its test). Fix: run make setup (apt-get install shellcheck)"
 
 python="${venv}/bin/python"
 version="$("${python}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
@@ -56,7 +58,8 @@ printf '[sanity] ansible-core %s, Python %s, in %s\n' "${core}" "${version}" "${
 cd "${tree}"
 start=${SECONDS}
 rc=0
-HOME="${home}" PATH="${venv}/bin:${PATH}" PIP_CACHE_DIR="${PIP_CACHE_DIR:-${HOME}/.cache/pip}" \
+pip_cache="${PIP_CACHE_DIR:-${HOME}/.cache/pip}"  # the user's pip cache, not the test HOME's
+HOME="${home}" PATH="${venv}/bin:${PATH}" PIP_CACHE_DIR="${pip_cache}" \
   "${venv}/bin/ansible-test" sanity --venv --python "${version}" --color no \
   --skip-test no-illegal-filenames "$@" || rc=$?
 printf '[sanity] ansible-core %s: exit %s after %s s\n' "${core}" "${rc}" "$((SECONDS - start))"

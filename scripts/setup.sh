@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a Debian 12 machine (run as root) for this project's tests:
 #   - apt packages: podman + runc (container test hosts), mmdebstrap (image builds),
-#     prometheus (promtool), prometheus-alertmanager (amtool), python3-venv;
+#     prometheus (promtool), prometheus-alertmanager (amtool), python3-venv, shellcheck;
 #   - a controller Python 3.12 or newer (ansible-core 2.21 needs it; Debian 12's own is 3.11):
 #     VLLM_FLEET_PYTHON if set, else the newest python3.13/python3.12 on PATH, in /usr/bin or
 #     under pyenv, else one installed by uv (`uv python install 3.13`, which downloads a
@@ -38,6 +38,7 @@ readonly APT_PACKAGES=(
   openssh-client  # ssh and ssh-keygen: Ansible reaches the local demo target over SSH
   python3-dnf  # dnf's own parser reads the nvidia_driver role's rendered .repo file (unit test)
   nftables  # nft -c checks the host_firewall role's rendered ruleset (unit test)
+  shellcheck  # ansible-test sanity's shellcheck test (make sanity); without it the test is skipped
 )
 
 log() { printf '[setup] %s\n' "$*"; }
@@ -138,9 +139,10 @@ find_python() {
   # None on the machine (a fresh Debian 12 has 3.11): uv installs a standalone CPython.
   log "no Python 3.12+ found; installing one with uv (python3 -m venv + pip install uv)" >&2
   if [[ ! -x "${uv_venv}/bin/uv" ]]; then
-    python3 -m venv "${uv_venv}" >&2 \
-      && "${uv_venv}/bin/python" -m pip install --quiet --disable-pip-version-check uv >&2 \
-      || die "could not install uv to fetch Python 3.12+. Fix: install Python 3.12 or newer (Debian 13's python3, pyenv, or a standalone build) and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
+    if ! { python3 -m venv "${uv_venv}" >&2 \
+        && "${uv_venv}/bin/python" -m pip install --quiet --disable-pip-version-check uv >&2; }; then
+      die "could not install uv to fetch Python 3.12+. Fix: install Python 3.12 or newer (Debian 13's python3, pyenv, or a standalone build) and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
+    fi
   fi
   UV_PYTHON_INSTALL_DIR="${REPO_ROOT}/.cache/uv-python" "${uv_venv}/bin/uv" python install 3.13 >&2 \
     || die "uv could not download Python 3.13 (no network to its download host?). Fix: install Python 3.12 or newer and rerun with VLLM_FLEET_PYTHON=/path/to/python3"

@@ -106,7 +106,7 @@ def select_releases(versions: Iterable[str], oldest: tuple[int, int, int],
             continue
         if key[:3] >= oldest and key[:2] <= newest_minor:
             chosen.append((key, version))
-    return [version for _, version in sorted(set(chosen))]
+    return [version for _key, version in sorted(set(chosen))]
 
 
 @dataclass(frozen=True)
@@ -191,8 +191,7 @@ def cuda_from_requires(requires_dist: Sequence[str],
                 continue
             found[f"{version.group(1)}.{version.group(2)}"] = req.text
     if len(found) == 1:
-        (cuda, evidence), = found.items()
-        return cuda, evidence
+        return next(iter(found.items()))
     if found:
         return None, "conflicting CUDA runtime pins: " + "; ".join(sorted(found.values()))
     majors = sorted({m.group(1) for req in applicable(requires_dist, env)
@@ -313,7 +312,7 @@ class Pip:
                     "--report", str(report), f"{package}=={version}", *self._tail(),
                 ]
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                                      env=self.env())
+                                      env=self.env(), check=False)
                 if proc.returncode != 0 or not report.exists():
                     last = [ln for ln in proc.stderr.splitlines()
                             if ln.startswith("ERROR") and "yanked" not in ln]
@@ -328,7 +327,7 @@ class Pip:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", maxsplit=1)[0])
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose pip reads the metadata (use a recent pip)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -351,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         vllm_meta = dict(zip(releases, pool.map(lambda v: pip.metadata("vllm", v), releases),
                              strict=True))
-        torches = sorted({pin for requires, python, _ in vllm_meta.values()
+        torches = sorted({pin for requires, python, _meta in vllm_meta.values()
                           if requires is not None
                           if (spec := torch_requirement(requires, marker_env(python)))
                           if (pin := exact_pin(spec))})

@@ -247,8 +247,8 @@ def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLa
         group_size = buckets[0][1]
         groups: tuple[Group, ...] = (Group(buckets[0][0], group_size),)
     else:
-        smallest = min(n for _, n in buckets)
-        largest = max(n for _, n in buckets)
+        smallest = min(n for _kind, n in buckets)
+        largest = max(n for _kind, n in buckets)
         group_size = largest if largest < smallest * GROUP_SIZE_SLACK else smallest
         grouped: list[Group] = []
         for kind, n in buckets:

@@ -400,7 +400,7 @@ def _layer_types(sec: dict[str, Any], p: str, layers: int,
         pattern = _int(sec, p, "sliding_window_pattern", default=family[1])
         types = tuple(SLIDING if (i + 1) % pattern else FULL for i in range(layers))
     else:
-        types = tuple(FULL for _ in range(layers))
+        types = tuple(FULL for _layer in range(layers))
     if SLIDING in types and window is None:
         raise PlanError(p + "sliding_window", "is missing but layer_types has sliding layers",
                         "pass the model's real config.json")

@@ -77,7 +77,7 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
         rows.append(("hazard", f"[{state}] {hazard['message']}"))
     for note in plan.get("notes") or []:
         rows.append(("note", str(note)))
-    width = max(len(key) for key, _ in rows)
+    width = max(len(key) for key, _text in rows)
     lines = [title] if title else []
     lines += [f"  {key.ljust(width)}  {value}" for key, value in rows]
     return "\n".join(lines)

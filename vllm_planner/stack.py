@@ -115,7 +115,7 @@ def _runs(driver: tuple[int, ...], cuda: str) -> bool:
 
 def _newest_release(accepts: tuple[int, ...]) -> tuple[str, str] | None:
     """Newest (release, cuda) in the table the planner accepts and ``accepts`` runs."""
-    for release, _, cuda, _ in reversed(VLLM_STACK):
+    for release, _torch, cuda, _note in reversed(VLLM_STACK):
         if cuda is not None and _table_version(release) is not None and _runs(accepts, cuda):
             return release, cuda
     return None

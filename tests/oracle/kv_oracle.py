@@ -239,7 +239,7 @@ def main() -> None:
         except ValueError as exc:
             if "To serve at least one request" not in str(exc):
                 raise
-            out.append({"id": case["id"], "refused": str(exc).split(". ")[0]})
+            out.append({"id": case["id"], "refused": str(exc).split(". ", maxsplit=1)[0]})
         except Exception as exc:  # noqa: BLE001 - report, the test shows it
             out.append({"id": case["id"], "error": f"{type(exc).__name__}: {exc}"})
     json.dump(out, sys.stdout)

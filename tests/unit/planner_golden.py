@@ -262,7 +262,7 @@ def representative() -> dict[str, tuple[object, dict[str, Any], int]]:
     cases = {name: (cfg, opts, gpus) for name, cfg, opts, gpus in _file_cases(False)}
     for index, (cfg, opts) in enumerate(json.loads(INPUTS.read_text())):
         cases[f"unit-test call {index}"] = (cfg, opts, 0)
-    for name, ref, opts, _ in OPTION_ERRORS:
+    for name, ref, opts, _field in OPTION_ERRORS:
         cases[f"option error: {name}"] = (*error_case(ref, opts), 0)
     cases.update(error_pairs(adjacent=True))
     return cases
@@ -271,7 +271,7 @@ def representative() -> dict[str, tuple[object, dict[str, Any], int]]:
 def error_pairs(adjacent: bool = False) -> dict[str, tuple[object, dict[str, Any], int]]:
     """Two faults at once (Qwen2.5-72B rows of OPTION_ERRORS): which one is reported. All
     pairs, or (adjacent) each row with the next one: the order the faults are found in."""
-    rows = [(name, opts) for name, ref, opts, _ in OPTION_ERRORS if ref is None]
+    rows = [(name, opts) for name, ref, opts, _field in OPTION_ERRORS if ref is None]
     cases: dict[str, tuple[object, dict[str, Any], int]] = {}
     for i, (first, a) in enumerate(rows):
         for second, b in rows[i + 1:i + 2] if adjacent else rows[i + 1:]:

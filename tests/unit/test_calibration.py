@@ -32,7 +32,7 @@ def _configs() -> dict[str, dict[str, Any]]:
 
 
 def _version(row: dict[str, Any]) -> str:
-    text = str(row["vllm_version"]).split(" ")[0].lstrip("v")
+    text = str(row["vllm_version"]).split(" ", maxsplit=1)[0].lstrip("v")
     return "0.6.5" if text.startswith("main") else text
 
 
@@ -106,7 +106,7 @@ def test_planner_never_promises_more_than_the_engine_found(row: dict[str, Any],
 
 def test_planner_stays_close_on_the_v1_engine() -> None:
     ratios = []
-    for _, row, config in ROWS:
+    for _ident, row, config in ROWS:
         if str(row["engine"]).startswith("V1"):
             plan = _plan(row, config)
             ratios.append(plan["kv_pool_bytes_per_gpu"] / (row["available_kv_cache_gib"] * GIB))

@@ -148,9 +148,9 @@ def verdicts() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
 
 
 def test_the_oracle_covers_the_issue() -> None:
-    names = {ident.split("/")[0] for ident, _, _ in CASES}
+    names = {ident.split("/")[0] for ident, _cfg, _opts in CASES}
     assert len(names) >= 12
-    assert {1, 2, 4, 8} <= {opts["tensor_parallel_size"] for _, _, opts in CASES}
+    assert {1, 2, 4, 8} <= {opts["tensor_parallel_size"] for _ident, _cfg, opts in CASES}
     assert len(CASES) >= 100
 
 

@@ -86,7 +86,7 @@ def changed_tasks(report: dict[str, Any]) -> list[str]:
 
 
 def test_writes_then_reruns_with_one_module_call_per_file(project: Path) -> None:
-    first, _, report = play(project)
+    first, _calls, report = play(project)
     assert first.returncode == 0, first.stdout + first.stderr
     assert len(changed_tasks(report)) == 3
     out = project / "out"
@@ -102,7 +102,7 @@ def test_content_and_mode_drift_go_back_to_the_builtin(project: Path) -> None:
     out = project / "out"
     (out / "greeting.txt").write_text("edited by hand\n")
     (out / "static.txt").chmod(0o666)
-    again, _, report = play(project)
+    again, _calls, report = play(project)
     assert again.returncode == 0
     assert changed_tasks(report) == ["From a template", "From a role file"]
     assert (out / "greeting.txt").read_text().endswith("hello\n")
@@ -113,7 +113,7 @@ def test_check_mode_shows_the_diff_and_writes_nothing(project: Path) -> None:
     play(project)
     target = project / "out" / "greeting.txt"
     target.write_text("edited by hand\n")
-    check, _, report = play(project, "--check", "--diff")
+    check, _calls, report = play(project, "--check", "--diff")
     assert check.returncode == 0 and changed_tasks(report) == ["From a template"]
     diff = report["plays"][0]["tasks"][0]["hosts"]["localhost"]["diff"]
     assert "edited by hand" in json.dumps(diff) and "hello" in json.dumps(diff)
@@ -124,7 +124,7 @@ def test_a_failed_validate_leaves_the_live_file(project: Path) -> None:
     play(project)
     target = project / "out" / "greeting.txt"
     target.write_text("edited by hand\n")
-    bad, _, _ = play(project, "-e", "validate='false %s'")
+    bad, _calls, _report = play(project, "-e", "validate='false %s'")
     assert bad.returncode != 0 and "failed to validate" in bad.stdout
     assert target.read_text() == "edited by hand\n"
 
@@ -132,7 +132,7 @@ def test_a_failed_validate_leaves_the_live_file(project: Path) -> None:
 def test_an_unsupported_option_is_refused_with_the_fix(project: Path) -> None:
     tasks = project / "roles" / "demo" / "tasks" / "main.yml"
     tasks.write_text(TASKS.replace('    mode: "0600"', '    mode: "0600"\n    backup: true'))
-    proc, _, _ = play(project)
+    proc, _calls, _report = play(project)
     assert proc.returncode != 0
     assert "unsupported option(s) backup" in proc.stdout
     assert not (project / "out" / "content.txt").exists()

@@ -75,10 +75,10 @@ def interpolate(text: str, env: dict[str, str]) -> str:
             return "$"
         name = match.group("named") or match.group("braced")
         if ":-" in name:
-            var, _, default = name.partition(":-")
+            var, _sep, default = name.partition(":-")
             return env.get(var) or default
         if "-" in name:
-            var, _, default = name.partition("-")
+            var, _sep, default = name.partition("-")
             return env.get(var, default)
         return env.get(name, "")
     return _PATTERN.sub(convert, text)

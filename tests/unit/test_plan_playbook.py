@@ -218,13 +218,13 @@ def test_explicit_settings_still_win_over_the_derived_ones(tmp_path: Path) -> No
     inventory = named_inventory(tmp_path, vllm_plan_model="/data/models/q/current",
                                 vllm_plan_served_model_name="q-prod",
                                 model_artifacts_root="/data/ignored")
-    _, names = run_names(inventory, tmp_path)
+    _result, names = run_names(inventory, tmp_path)
     assert names["argv"][2:5] == ["/data/models/q/current",  # type: ignore[index]
                                   "--served-model-name", "q-prod"]
     assert names["served"] == "q-prod"
     # model_artifacts_root moves the derived engine path with the model stage's root.
-    _, names = run_names(named_inventory(tmp_path / "r", model_artifacts_root="/data/q"),
-                         tmp_path)
+    _result, names = run_names(named_inventory(tmp_path / "r", model_artifacts_root="/data/q"),
+                               tmp_path)
     assert names["argv"][2] == "/data/q/current"  # type: ignore[index]
 
 

@@ -266,7 +266,7 @@ def test_hazard_refuses_the_plan_with_incident_and_fix(hazard_id: str) -> None:
 
 @pytest.mark.parametrize("hazard_id", HAZARDS)
 def test_hazard_is_honoured_when_overridden_with_a_reason(hazard_id: str) -> None:
-    config, opts, _ = case(hazard_id)
+    config, opts, _words = case(hazard_id)
     with pytest.raises(HazardError) as err:
         kv_plan(config, **opts)
     ids = {str(h["id"]) for h in err.value.plan["hazards"]}  # type: ignore[index]
@@ -402,6 +402,6 @@ def test_plan_table_shows_every_flag_and_hazard() -> None:
     for flag in result["flags"]:
         assert "--" + flag.replace("_", "-") in text
     assert "hazards" in text and "none" in text
-    config, opts, _ = case("runtime_oom")
+    config, opts, _words = case("runtime_oom")
     overridden = kv_plan(config, **opts, hazard_overrides={"runtime_oom": "measured headroom ok"})
     assert "OVERRIDDEN: measured headroom ok" in plan_table(overridden)

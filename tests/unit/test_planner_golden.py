@@ -19,7 +19,7 @@ GOLDEN: dict[str, Any] = json.loads(EXPECTED.read_text())  # keeps key order
 
 
 def test_the_golden_covers_every_case_and_nothing_else() -> None:
-    names = set(CASES) | {f"{n} [replicas]" for n, (_, _, gpus) in CASES.items() if gpus}
+    names = set(CASES) | {f"{n} [replicas]" for n, (_cfg, _opts, gpus) in CASES.items() if gpus}
     assert names == set(GOLDEN)
 
 

@@ -35,7 +35,7 @@ def parse(config: object = None, **opts: Any) -> PlanOptions:
 
 
 def test_every_option_has_an_error_case() -> None:
-    named = {field.split(".")[0] for _, _, field in CASES.values()}
+    named = {field.split(".")[0] for _ref, _opts, field in CASES.values()}
     # model, host and port go to the argv as given: nothing to refuse.
     assert OPTIONS - {"model", "host", "port"} <= named
 
@@ -66,7 +66,7 @@ def test_the_options_module_is_where_it_is_refused(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SIZED))
 def test_a_planned_max_num_seqs_above_the_batch_is_refused_when_sized(name: str) -> None:
-    ref, opts, _ = CASES[name]
+    ref, opts, _field = CASES[name]
     config, raw = error_case(ref, opts)
     if "max_num_seqs" in raw:  # both given: the options refuse it already
         with pytest.raises(PlanError, match="is below max_num_seqs"):
@@ -165,9 +165,9 @@ def typed(config: object, **opts: Any) -> Plan:
     return build_plan(cfg, geo, parse_options(raw, geo))
 
 
-@pytest.mark.parametrize("name", [name for name, _, _ in ROUND_TRIPS])
+@pytest.mark.parametrize("name", [name for name, _ref, _opts in ROUND_TRIPS])
 def test_the_typed_plan_round_trips_to_the_dict(name: str) -> None:
-    _, ref, opts = next(row for row in ROUND_TRIPS if row[0] == name)
+    _name, ref, opts = next(row for row in ROUND_TRIPS if row[0] == name)
     config = (ROOT / ref).read_text() if isinstance(ref, str) else None
     plan = typed(config, **opts)
     expected = kv_plan(config or dict(QWEN25_72B), **{**BASE, **opts})

@@ -59,7 +59,7 @@ def run(tmp: Path, hosts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str
     inventory = {"all": {"vars": {**defaults, "ansible_connection": "local",
                                   "ansible_python_interpreter": sys.executable},
                          "hosts": hosts}}
-    report = {internal: "{{ " + internal + " }}" for _, _, internal, _ in RENAMES}
+    report = {internal: "{{ " + internal + " }}" for _old, _new, internal, _value in RENAMES}
     report["site_gate"] = "{{ " + site_gate_condition() + " }}"
     report["nvidia_driver_without_gpu"] = "{{ nvidia_driver_without_gpu }}"
     report["cuda_toolkit_without_gpu"] = "{{ cuda_toolkit_without_gpu }}"
@@ -84,7 +84,8 @@ def run(tmp: Path, hosts: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str
 @pytest.fixture(scope="module")
 def old_names(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[str, Any]], str]:
     """One host per old name set (the new name left at its default), and the old site gate."""
-    hosts: dict[str, dict[str, Any]] = {old: {old: value} for old, _, _, value in RENAMES}
+    hosts: dict[str, dict[str, Any]] = {old: {old: value}
+                                        for old, _new, _internal, value in RENAMES}
     hosts["site_benchmark_gate"] = {"site_benchmark_gate": True}
     hosts["no-gpu"] = {"vllm_fleet_without_gpu": "skip"}
     hosts["no-gpu-driver-overridden"] = {"vllm_fleet_without_gpu": "skip",
@@ -96,7 +97,8 @@ def old_names(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[
 def new_names(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[str, Any]], str]:
     """Only new names: one host with every one set, one with none."""
     hosts: dict[str, dict[str, Any]] = {
-        "set": {new: value for _, new, _, value in RENAMES} | {"site_run_benchmark_gate": True},
+        "set": {new: value for _old, new, _internal, value in RENAMES}
+        | {"site_run_benchmark_gate": True},
         "unset": {}}
     return run(tmp_path_factory.mktemp("new"), hosts)
 
@@ -139,12 +141,12 @@ def test_the_new_names_are_read_without_a_warning(
 def test_one_no_gpu_fact_for_driver_and_cuda(
         old_names: tuple[dict[str, dict[str, Any]], str],
         new_names: tuple[dict[str, dict[str, Any]], str]) -> None:
-    values, _ = old_names
+    values, _output = old_names
     assert values["no-gpu"]["nvidia_driver_without_gpu"] == "skip"
     assert values["no-gpu"]["cuda_toolkit_without_gpu"] == "skip"
     # Each role's own input still wins for that role alone.
     assert values["no-gpu-driver-overridden"]["nvidia_driver_without_gpu"] == "install"
     assert values["no-gpu-driver-overridden"]["cuda_toolkit_without_gpu"] == "skip"
-    unset, _ = new_names
+    unset, _output = new_names
     assert unset["unset"]["nvidia_driver_without_gpu"] == "fail"
     assert unset["unset"]["cuda_toolkit_without_gpu"] == "fail"

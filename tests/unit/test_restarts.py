@@ -104,7 +104,7 @@ class FakeHaproxy:
             return self.stat()
         words = line.split()
         if words[:2] == ["set", "server"] and words[3] == "state":
-            backend, _, server = words[2].partition("/")
+            backend, _sep, server = words[2].partition("/")
             if backend != self.backend:
                 return "No such backend.\n"
             if server not in self.status:
@@ -116,7 +116,7 @@ class FakeHaproxy:
     def serve(self) -> None:
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn, _address = self.sock.accept()
             except OSError:
                 return
             with conn:
@@ -203,8 +203,8 @@ def test_restart_drains_each_replica_through_the_socket_it_is_given(
     host = FakeHost(gateway)
     config = write_config(tmp_path)
     (config.parent / "vllm-0.restart-pending").write_text("x\n")
-    code, log, _ = run_main(host, "restart", "--config", str(config),
-                            "--gateway-socket", str(gateway.path))
+    code, log, _output = run_main(host, "restart", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path))
     gateway.close()
     assert code == 0, log
     assert state_changes(gateway) == [
@@ -224,8 +224,8 @@ def test_the_configurations_socket_is_used_without_the_flag(tmp_path: Path,
                                                             run_main: Any) -> None:
     gateway = gateway_at(tmp_path, {"vllm-0": "UP", "vllm-1": "UP"})
     config = write_config(tmp_path, gateway_socket=str(gateway.path))
-    code, log, _ = run_main(FakeHost(gateway), "restart", "--config", str(config),
-                            "--only", "vllm-1")
+    code, log, _output = run_main(FakeHost(gateway), "restart", "--config", str(config),
+                                  "--only", "vllm-1")
     gateway.close()
     assert code == 0, log
     assert state_changes(gateway) == ["set server vllm/vllm-1 state drain",
@@ -238,8 +238,8 @@ def test_the_last_serving_replica_is_refused_and_nothing_changes(
     host = FakeHost(gateway)
     config = write_config(tmp_path)
     (config.parent / "vllm-0.restart-pending").write_text("x\n")
-    code, log, _ = run_main(host, "restart", "--config", str(config),
-                            "--gateway-socket", str(gateway.path), "--only", "vllm-0")
+    code, log, _output = run_main(host, "restart", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path), "--only", "vllm-0")
     gateway.close()
     err = capsys.readouterr().err
     assert code == vllm_restart.EXIT_REFUSED == 3
@@ -259,8 +259,8 @@ def test_a_missing_socket_is_no_silent_skip(tmp_path: Path, run_main: Any,
     looked. Now a running replica with no gateway to drain it through is the last one."""
     host = FakeHost(None)
     config = write_config(tmp_path)
-    code, _, _ = run_main(host, "restart", "--config", str(config),
-                          "--gateway-socket", str(tmp_path / "nowhere.sock"))
+    code, _log, _output = run_main(host, "restart", "--config", str(config),
+                                   "--gateway-socket", str(tmp_path / "nowhere.sock"))
     err = capsys.readouterr().err
     assert code == 3
     assert f"no gateway admin socket at {tmp_path / 'nowhere.sock'}" in err
@@ -274,9 +274,9 @@ def test_accepted_downtime_logs_the_reason_and_the_gateways_5xx(tmp_path: Path,
     gateway.fivexx = 5  # answered before the restart: not counted
     host = FakeHost(gateway, downtime_5xx=12)
     config = write_config(tmp_path)
-    code, log, _ = run_main(host, "restart", "--config", str(config),
-                            "--gateway-socket", str(gateway.path), "--only", "vllm-0",
-                            "--downtime-reason", "maintenance window 42")
+    code, log, _output = run_main(host, "restart", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path), "--only", "vllm-0",
+                                  "--downtime-reason", "maintenance window 42")
     gateway.close()
     assert code == 0, log
     assert "downtime accepted (maintenance window 42)" in log
@@ -289,8 +289,8 @@ def test_an_upstream_balancer_covers_the_last_replica(tmp_path: Path, run_main: 
     host = FakeHost(gateway, active={"vllm-0.service"})
     config = write_config(tmp_path, upstream_drain_command="lb-out host1",
                           upstream_ready_command="lb-in host1")
-    code, log, _ = run_main(host, "restart", "--config", str(config),
-                            "--gateway-socket", str(gateway.path), "--only", "vllm-0")
+    code, log, _output = run_main(host, "restart", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path), "--only", "vllm-0")
     gateway.close()
     assert code == 0, log
     shell = [c for c in host.calls if c.startswith(("/bin/sh", "systemctl"))]
@@ -304,8 +304,8 @@ def test_a_replica_that_is_not_running_is_started_without_refusal(tmp_path: Path
                                                                   run_main: Any) -> None:
     gateway = gateway_at(tmp_path, {"vllm-0": "DOWN"})
     host = FakeHost(gateway, active=set())
-    code, log, _ = run_main(host, "restart", "--config", str(write_config(tmp_path)),
-                            "--gateway-socket", str(gateway.path), "--only", "vllm-0")
+    code, log, _output = run_main(host, "restart", "--config", str(write_config(tmp_path)),
+                                  "--gateway-socket", str(gateway.path), "--only", "vllm-0")
     gateway.close()
     assert code == 0, log
     assert [c for c in host.calls if c.startswith("systemctl")] == [
@@ -319,8 +319,8 @@ def test_a_failed_test_completion_stops_the_run_and_keeps_the_mark(
     host = FakeHost(gateway, completion_fails=True)
     config = write_config(tmp_path)
     (config.parent / "vllm-0.restart-pending").write_text("x\n")
-    code, log, _ = run_main(host, "restart", "--config", str(config),
-                            "--gateway-socket", str(gateway.path))
+    code, log, _output = run_main(host, "restart", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path))
     gateway.close()
     assert code == 1
     assert "FAILED: test completion: connection reset" in log
@@ -334,8 +334,8 @@ def test_stop_then_ready_as_rebuild_runs_them(tmp_path: Path, run_main: Any) -> 
     host = FakeHost(gateway)
     config = write_config(tmp_path, downtime_reason="rebuild",
                           upstream_ready_command="")
-    code, log, _ = run_main(host, "stop", "--config", str(config),
-                            "--gateway-socket", str(gateway.path))
+    code, log, _output = run_main(host, "stop", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path))
     assert code == 0, log
     assert [c for c in host.calls if c.startswith("systemctl")] == [
         "systemctl stop vllm-0.service", "systemctl stop vllm-1.service"]
@@ -343,8 +343,8 @@ def test_stop_then_ready_as_rebuild_runs_them(tmp_path: Path, run_main: Any) -> 
     assert "last serving replica on this host: downtime accepted (rebuild)" in log
     host.active = set()
     host.calls.clear()
-    code, log, _ = run_main(host, "ready", "--config", str(config),
-                            "--gateway-socket", str(gateway.path))
+    code, log, _output = run_main(host, "ready", "--config", str(config),
+                                  "--gateway-socket", str(gateway.path))
     gateway.close()
     assert code == 0, log
     assert [c for c in host.calls if c.startswith("systemctl")] == [
@@ -356,8 +356,8 @@ def test_stopping_the_last_replica_is_refused_without_a_reason(tmp_path: Path,
                                                                run_main: Any) -> None:
     gateway = gateway_at(tmp_path, {"vllm-0": "UP", "vllm-1": "UP"})
     host = FakeHost(gateway)
-    code, _, _ = run_main(host, "stop", "--config", str(write_config(tmp_path)),
-                          "--gateway-socket", str(gateway.path))
+    code, _log, _output = run_main(host, "stop", "--config", str(write_config(tmp_path)),
+                                   "--gateway-socket", str(gateway.path))
     gateway.close()
     assert code == 3
     assert host.calls.count("systemctl stop vllm-0.service") == 1  # the first one went
@@ -487,7 +487,7 @@ def test_the_cron_line_drains_through_a_moved_gateway_socket(tmp_path: Path,
     assert argv[0] == "/usr/local/sbin/vllm-restart"
     assert f"--gateway-socket={gateway.path}" in argv and f"--config={config}" in argv
     args = [a for a in argv[1:] if not a.startswith("--log=")]  # the log goes to tmp_path
-    code, log, _ = run_main(FakeHost(gateway), *args)
+    code, log, _output = run_main(FakeHost(gateway), *args)
     gateway.close()
     assert code == 0, log
     assert state_changes(gateway) == [

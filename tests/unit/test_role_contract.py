@@ -41,7 +41,7 @@ def test_defaults_match_argument_specs_one_to_one(role: str) -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_every_entry_point_has_a_spec_and_main_options(role: str) -> None:
-    _, specs = load(role)
+    _defaults, specs = load(role)
     main = specs["main"]["options"]
     for entry, spec in specs.items():
         assert spec.get("short_description"), entry

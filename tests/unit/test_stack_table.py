@@ -219,7 +219,7 @@ def test_committed_table_has_every_release_without_gaps() -> None:
 
 
 def test_every_release_has_a_cuda_and_a_branch_or_a_reason() -> None:
-    for release, _, cuda, note in table.VLLM_STACK:
+    for release, _torch, cuda, note in table.VLLM_STACK:
         if cuda is None:
             assert note, f"{release}: a row without CUDA must say why"
             continue
@@ -230,7 +230,7 @@ def test_every_release_has_a_cuda_and_a_branch_or_a_reason() -> None:
 
 def test_same_torch_same_cuda() -> None:
     seen: dict[str, str | None] = {}
-    for _, torch, cuda, _ in table.VLLM_STACK:
+    for _release, torch, cuda, _note in table.VLLM_STACK:
         if torch is not None:
             assert seen.setdefault(torch, cuda) == cuda
 
@@ -290,7 +290,7 @@ def test_engine_stack_maps_versions_to_rows(asked: str, row: str) -> None:
 
 
 def test_engine_stack_for_every_supported_release() -> None:
-    for release, torch, cuda, _ in table.VLLM_STACK:
+    for release, torch, cuda, _note in table.VLLM_STACK:
         if _accepted(release):
             stack = engine_stack(release)
             assert (stack.torch, stack.cuda) == (torch, cuda)
@@ -361,7 +361,7 @@ def test_every_incoherent_pair_names_both_fixes(driver: str) -> None:
     branch = int(driver.split(".")[0])
     suggestion = newest_release_for_branch(branch)
     assert suggestion is not None
-    for release, _, cuda, _ in table.VLLM_STACK:
+    for release, _torch, cuda, _note in table.VLLM_STACK:
         if cuda is None or not _accepted(release):
             continue
         message = problem(release, driver, gpu="H100-SXM")
@@ -376,7 +376,7 @@ def test_every_incoherent_pair_names_both_fixes(driver: str) -> None:
 
 def test_r580_and_newer_run_every_release() -> None:
     for driver in (DEFAULT_NVIDIA_REPO_DRIVER, "580.65.06", "590.48.01"):
-        for release, _, cuda, _ in table.VLLM_STACK:
+        for release, _torch, cuda, _note in table.VLLM_STACK:
             if cuda is not None and _accepted(release):
                 assert problem(release, driver, source="nvidia_repo") == "", (release, driver)
 

@@ -52,8 +52,6 @@ def test_background_and_in_place_installs_run_the_same_command_under_the_same_lo
     assert probe["until"] == "_vllm_server_installed.rc != 75"
 
 
-
-
 def _merged(*paths: Path) -> dict[str, Any]:
     """The variables of ``paths``, later files winning (as Ansible layers them)."""
     return {k: v for path in paths for k, v in (yaml.safe_load(path.read_text()) or {}).items()}

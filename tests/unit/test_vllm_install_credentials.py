@@ -181,7 +181,9 @@ def indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Index, I
         capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, f"pip download uv=={UV_VERSION} (PyPI or pip's cache): " \
                                    f"{result.stderr[-2000:]}"
-    uv_wheel = next(download.glob("uv-*.whl"))
+    wheels = sorted(download.glob("uv-*.whl"))
+    assert wheels, f"pip download uv=={UV_VERSION} left no uv wheel in {download}"
+    uv_wheel = wheels[0]
     main = Index(MAIN, {uv_wheel.name: uv_wheel.read_bytes(),
                         **dict([wheel("canary-engine", "1.0")])})
     kernels = Index(KERNELS, dict([wheel("canary-kernel", "1.0")]))

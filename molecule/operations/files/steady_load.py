@@ -62,7 +62,7 @@ def main() -> None:
             if error:
                 time.sleep(0.5)
 
-    threads = [threading.Thread(target=worker) for _ in range(2)]
+    threads = [threading.Thread(target=worker) for _worker in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -84,7 +84,7 @@ def test_from_a_second_container_only_the_gateway_answers_and_only_with_the_key(
 
 def test_on_the_host_replicas_answer_on_loopback_and_metrics_come_through_the_gateway(
         host: Any) -> None:
-    _, address = _network(host)
+    _podman_network, address = _network(host)
     script = _copy(host, "route_matrix.py")
     bases = ["http://127.0.0.1:8000", "http://127.0.0.1:9180", f"http://{address}:8000"]
     paths = "/health,/v1/models,/metrics,/metrics/vllm-0,/invocations"
@@ -97,7 +97,7 @@ def test_on_the_host_replicas_answer_on_loopback_and_metrics_come_through_the_ga
         assert matrix[(local, "/v1/models", key)] == (200 if key == KEY else 401)
         assert matrix[(metrics, "/metrics/vllm-0", key)] == 200
         assert matrix[(metrics, "/metrics", key)] == 404
-    assert {status for (base, _, _), status in matrix.items() if base == routable} == {0}
+    assert {status for (base, _path, _key), status in matrix.items() if base == routable} == {0}
     # The same series Prometheus reads on this host.
     body = host.check_output("python3 -c 'import urllib.request; print(urllib.request."
                              "urlopen(\"http://127.0.0.1:9180/metrics/vllm-1\").read().decode())'")

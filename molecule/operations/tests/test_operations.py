@@ -86,7 +86,7 @@ def steady_load(host: Any, result: dict[str, Any]) -> Iterator[None]:
     finally:
         time.sleep(10)  # and keeps flowing after it
         host.run("touch /tmp/load.stop")
-        for _ in range(90):
+        for _attempt in range(90):
             if host.file("/tmp/load.json").exists:
                 break
             time.sleep(2)
@@ -181,7 +181,7 @@ def test_the_last_serving_replica_is_refused_unless_downtime_is_accepted(host: A
     finally:
         _admin(host, "set server vllm/vllm-1 state ready")
         host.run("systemctl start prometheus")
-    for _ in range(30):
+    for _attempt in range(30):
         if _status(host, "vllm-1").startswith("UP"):
             break
         time.sleep(1)
@@ -207,7 +207,7 @@ def test_a_deploy_that_changes_a_flag_restarts_both_replicas_drained(host: Any) 
         pending = host.run("ls /etc/vllm/").stdout.split()
         assert {"vllm-0.restart-pending", "vllm-1.restart-pending"} <= set(pending), pending
         assert {unit: _pid(host, unit) for unit in UNITS} == before
-        for _ in range(30):
+        for _attempt in range(30):
             if _status(host, "vllm-1").startswith("UP"):
                 break
             time.sleep(1)

@@ -106,7 +106,7 @@ def test_engine_environment_is_the_pinned_uv_install(host: Host) -> None:
     engine = {name: version for name, (version, by) in installed.items() if by == "uv"}
     assert engine == wanted
     assert not {normalized(n) for n in GROUP_VARS["vllm_server_uv_remove"]} & set(installed)
-    assert {by for _, by in installed.values()} <= {"uv", "pip"}  # pip: the venv's own
+    assert {by for _version, by in installed.values()} <= {"uv", "pip"}  # pip: the venv's own
     assert host.file("/srv/vllm/installer/bin/uv").exists
     counts = host.check_output(
         "cd /srv/vllm/venv/lib/python3.11/site-packages/vllm && "
@@ -126,7 +126,7 @@ def test_gateway_answers_completions_and_chat(host: Host) -> None:
 
 def test_prometheus_scrapes_the_engine_and_loaded_the_rules(host: Host) -> None:
     # Prometheus was reloaded by the rebuild just before: give each target a scrape or two.
-    for _ in range(30):
+    for _attempt in range(30):
         status, body = http(host, "http://127.0.0.1:9090/api/v1/targets")
         assert status == 200
         health = {t["labels"]["job"]: t["health"] for t in body["data"]["activeTargets"]}

@@ -65,7 +65,7 @@ class Replica:
         except OSError:
             return ""
         for line in text.splitlines():
-            name, _, value = line.partition("=")
+            name, _sep, value = line.partition("=")
             if name.strip() == "VLLM_API_KEY":
                 value = value.strip()
                 return str(json.loads(value)) if value.startswith('"') else value
