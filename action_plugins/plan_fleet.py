@@ -13,10 +13,17 @@ evaluated for whichever host reads them: one task, no per-host result.
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 from typing import Any
 
+import jinja2
+import jinja2.meta
+import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 from ansible_collections.vllm_fleet.serving.plugins.filter.model_config import model_config
@@ -32,22 +39,15 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner im
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.fleet import (
     Group,
+    canonical_key,
     hosts_label,
     memoised,
 )
 
-# The role's inputs, as a task of roles/vllm_plan on the host evaluates them.
-PLAN_INPUTS = {
-    "model_config": "vllm_plan_model_config",
-    "config_file": "vllm_plan_model_config_file",
-    "lock_file": "vllm_plan_model_lock_file",
+# The role's inputs beyond its own variables (those are read by name, as the role's argument
+# spec lists them), as a task of roles/vllm_plan on the host evaluates them.
+EXTRA_INPUTS = {
     "inventory_dir": "inventory_dir | default('')",
-    "gpu_count": "vllm_plan_gpu_count",
-    "base_port": "vllm_plan_base_port",
-    "options": "vllm_plan_options",
-    "model": "vllm_plan_model",
-    "served_model_name": "vllm_plan_served_model_name",
-    "listen_host": "vllm_plan_host",
     # The engine's release: vllm_server_version (the one pin; its role's default where the
     # inventory sets none). vllm_plan_options.vllm_version is a deprecated alias that wins.
     "vllm_version": "vllm_plan_options.vllm_version | default('')"
@@ -55,12 +55,62 @@ PLAN_INPUTS = {
                     " 'vllm_server_version')"
                     " or vllm_server_version"
                     " | default('vllm_server_version' | vllm_fleet.serving.role_default)",
-    "engine_package": "vllm_plan_engine_package",
-    "driver": "vllm_plan_driver",
     # Debian's driver depends on the release: known where facts were gathered before.
     "release": "ansible_facts.distribution_release | default('')",
-    "show": "vllm_plan_show | bool",
 }
+
+# The variables EXTRA_INPUTS read, but ansible_facts: its distribution_release stands for it.
+EXTRA_ROOTS = ("inventory_dir", "vllm_plan_options", "vllm_server_version")
+
+# A template that reads more than the variables it names (another host's, the set of names,
+# a lookup's world) is evaluated for every host, never reused.
+_OPAQUE = re.compile(r"\b(lookup|query|q|hostvars|vars|varnames)\b")
+_PARSER = jinja2.Environment()
+_MISSING = object()
+
+
+@functools.lru_cache(maxsize=4096)
+def template_names(template: str) -> frozenset[str] | None:
+    """The variables a template reads, or None where that is not all it depends on."""
+    if _OPAQUE.search(template):
+        return None
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(_PARSER.parse(template)))
+    except jinja2.TemplateError:
+        return None
+
+
+def _strings(value: object) -> Any:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def raw_key(variables: Any, roots: list[str], *extra: object) -> str | None:
+    """A key of the raw (untemplated) values of ROOTS and of every variable their templates
+    read, transitively: two hosts with equal keys evaluate ROOTS to equal values. None where
+    a template depends on more than named variables (then the host is evaluated itself)."""
+    seen: dict[str, object] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        value = variables.get(name, _MISSING)
+        seen[name] = "<undefined>" if value is _MISSING else value
+        for text in _strings(value):
+            if "{{" in text or "{%" in text:
+                names = template_names(str(text))
+                if names is None:
+                    return None
+                todo.extend(names)
+    return canonical_key([seen, extra])
+
 
 # The per-host facts the other roles read, each a view of the host's entry in vllm_plan_fleet.
 VIEWS = {
@@ -69,30 +119,43 @@ VIEWS = {
     "ports": {"vllm_plan_ports": "ports"},
 }
 
+def argument_spec(role_path: Path) -> dict[str, Any]:
+    """The options of the role's main entry point (meta/argument_specs.yml)."""
+    try:
+        specs = yaml.safe_load((role_path / "meta" / "argument_specs.yml").read_text())
+        return dict(specs["argument_specs"]["main"]["options"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise AnsibleActionFail(f"plan_fleet: role_path: {role_path} has no readable"
+                                f" meta/argument_specs.yml main options ({exc}). Fix: pass"
+                                " role_path: \"{{ role_path }}\" from roles/vllm_plan.") from None
+
+
 HAZARD_FIX = ("Fix the flags as each message says, or set vllm_plan_options.hazard_overrides"
               " {<hazard id>: '<written reason>'}.")
 
 
 def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
     """One host's plan entry from its evaluated inputs (raises PlanError, AnsibleError)."""
-    if inputs["model_config"]:
+    if inputs["vllm_plan_model_config"]:
         read = {"text": "", "note": "vllm_plan_model_config (a mapping), not checked against a lock"}
-        config: object = inputs["model_config"]
+        config: object = inputs["vllm_plan_model_config"]
     else:
-        read = model_config(inputs["config_file"], inputs["lock_file"], inputs["inventory_dir"])
+        read = model_config(inputs["vllm_plan_model_config_file"],
+                            inputs["vllm_plan_model_lock_file"], inputs["inventory_dir"])
         config = read["text"]
-    served = inputs["served_model_name"]
-    options = dict(inputs["options"] or {})
+    served = inputs["vllm_plan_served_model_name"]
+    options = dict(inputs["vllm_plan_options"] or {})
     options.update({
-        "model": inputs["model"],
+        "model": inputs["vllm_plan_model"],
         # Empty: the engine serves the model under its path.
         "served_model_name": served if len(str(served)) > 0 else None,
-        "host": inputs["listen_host"], "vllm_version": inputs["vllm_version"],
-        "engine_package": inputs["engine_package"],
-        "driver": {**(inputs["driver"] or {}), "debian_release": inputs["release"]},
+        "host": inputs["vllm_plan_host"], "vllm_version": inputs["vllm_version"],
+        "engine_package": inputs["vllm_plan_engine_package"],
+        "driver": {**(inputs["vllm_plan_driver"] or {}), "debian_release": inputs["release"]},
         "refuse_hazards": False})
-    replicas = plan_replicas(config, inputs["gpu_count"], inputs["base_port"], **options)
-    overrides = (inputs["options"] or {}).get("hazard_overrides") or {}
+    replicas = plan_replicas(config, inputs["vllm_plan_gpu_count"],
+                             inputs["vllm_plan_base_port"], **options)
+    overrides = (inputs["vllm_plan_options"] or {}).get("hazard_overrides") or {}
     return {"replicas": replicas,
             "served_name": served if len(str(served)) > 0 else replicas[0]["plan"]["model"],
             "engine_stack": {**replicas[0]["plan"]["engine_stack"],
@@ -104,7 +167,7 @@ def tables(groups: list[Group[dict[str, Any]]]) -> list[dict[str, str]]:
     """One table per distinct plan and replica, naming the hosts that share it."""
     shown = []
     for group in groups:
-        if not group.inputs["show"]:
+        if not boolean(group.inputs["vllm_plan_show"], strict=False):
             continue
         for replica in group.result["replicas"]:
             title = (f"{hosts_label(group.hosts)} / {replica['name']} (GPUs "
@@ -137,30 +200,36 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _supports_async = False
-    _VALID_ARGS = frozenset(("hosts", "what", "roles_dir"))
+    _VALID_ARGS = frozenset(("hosts", "what", "role_path"))
 
-    def _host_templars(self, task_vars: dict[str, Any], hosts: list[str]) -> list[tuple[str, Any]]:
+    def _host_templars(self, task_vars: dict[str, Any], hosts: list[str]) -> Any:
         """Each host with a templar over its variables as a task of this play on it sees
-        them (the variable manager's own resolution: role defaults included)."""
+        them (the variable manager's own resolution: role defaults included). One templar,
+        its variables swapped per host: its Jinja environment keeps the compiled
+        expressions (a new templar per host compiled every expression again, 30 ms a host)."""
         manager = self._task.get_variable_manager()
         inventory = task_vars["hostvars"]._inventory  # the HostVars' inventory (no public getter)
         play = self._task.get_play()
         batch, every = list(task_vars["ansible_play_batch"]), list(task_vars["ansible_play_hosts_all"])
-        found = []
+        templar = self._templar.copy_with_new_env()
         for name in hosts:
             host = inventory.get_host(name)
             if host is None:
                 raise AnsibleActionFail(f"plan_fleet: hosts: {name} is not in the inventory."
                                         " Fix: pass ansible_play_hosts_all.")
-            variables = manager.get_vars(play=play, host=host, task=self._task,
-                                         _hosts=batch, _hosts_all=every)
-            found.append((name, self._templar.copy_with_new_env(available_variables=variables)))
-        return found
+            templar.available_variables = manager.get_vars(
+                play=play, host=host, task=self._task, _hosts=batch, _hosts_all=every)
+            yield name, templar
 
     @staticmethod
     def _evaluate(templar: Any, expressions: dict[str, str]) -> dict[str, Any]:
-        return {key: templar.evaluate_expression(trust_as_template(expression))
-                for key, expression in expressions.items()}
+        """EXPRESSIONS evaluated for the templar's host, as one expression (a mapping): Ansible
+        compiles every expression it evaluates, so one per host costs a fifth of fifteen."""
+        if not expressions:
+            return {}
+        mapping = "{" + ", ".join(f"{key!r}: ({expression})"
+                                  for key, expression in expressions.items()) + "}"
+        return dict(templar.evaluate_expression(trust_as_template(mapping)))
 
     def _publish(self, fleet: dict[str, Any], views: dict[str, str]) -> dict[str, Any]:
         """vllm_plan_fleet and its per-host views, for every host of the play (run_once):
@@ -193,13 +262,13 @@ class ActionModule(ActionBase):
         fleet = {host: dict(entry) for host, entry in
                  (task_vars.get("vllm_plan_fleet") or {}).items()}
         if what == "plan":
-            groups = self._plan(templars)
+            groups = self._plan(templars, Path(str(args.get("role_path", ""))))
             for group in groups:
                 for host in group.hosts:
                     fleet[host] = group.result
             result.update(tables=tables(groups), refused=refusals(groups))
         else:
-            groups = self._ports(templars, fleet, str(args.get("roles_dir", "")))
+            groups = self._ports(templars, fleet, str(Path(str(args.get("role_path", ""))).parent))
             clashes = []
             for group in groups:
                 for host in group.hosts:
@@ -212,23 +281,57 @@ class ActionModule(ActionBase):
                           f" {len(groups)} {what} computations")
         return result
 
-    def _plan(self, templars: list[tuple[str, Any]]) -> list[Group[dict[str, Any]]]:
+    def _plan(self, templars: Any,
+              role_path: Path) -> list[Group[dict[str, Any]]]:
+        """Each host's inputs: the role's variables (checked against its argument spec, as
+        the validation task of a role would on each host, once per distinct set of values)
+        and EXTRA_INPUTS; then one plan per distinct set."""
+        spec = argument_spec(role_path)
+        validator = ArgumentSpecValidator(spec)
+        problems: dict[str, list[str]] = {}
+
+        evaluated: dict[str, dict[str, Any]] = {}
+
+        def inputs() -> Any:
+            for host, templar in templars:
+                variables = templar.available_variables
+                names = [n for n in spec if n in variables]
+                # Hosts whose raw inputs are equal evaluate to equal values: evaluate once
+                # (Ansible compiles every template it renders, 10-20 ms a host here).
+                key = raw_key(variables, [*names, *EXTRA_ROOTS],
+                              variables.get("ansible_facts", {}).get("distribution_release"))
+                if key is not None and key in evaluated:
+                    yield host, evaluated[key]
+                    continue
+                try:
+                    values = self._evaluate(templar, {**{n: n for n in names}, **EXTRA_INPUTS})
+                except AnsibleError as exc:
+                    raise AnsibleActionFail(f"{host}: {exc}") from None
+                if key is not None:
+                    evaluated[key] = values
+                yield host, values
+
         def compute(inputs: Any, host: str) -> dict[str, Any]:
+            checked = validator.validate({n: inputs[n] for n in spec if n in inputs},
+                                         validate_role_argument_spec=True)
+            if checked.error_messages:
+                problems[host] = checked.error_messages
+                return {}
             try:
                 return plan_one(dict(inputs))
             except (PlanError, AnsibleError) as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from None
 
-        def inputs() -> Any:
-            for host, templar in templars:
-                try:
-                    yield host, self._evaluate(templar, PLAN_INPUTS)
-                except AnsibleError as exc:
-                    raise AnsibleActionFail(f"{host}: {exc}") from None
+        groups = memoised(inputs(), compute)
+        if problems:
+            named = [f"{', '.join(g.hosts)}: " + "; ".join(problems[g.hosts[0]])
+                     for g in groups if g.hosts[0] in problems]
+            raise AnsibleActionFail("Validation of arguments failed (role vllm_plan, entry"
+                                    " point main, meta/argument_specs.yml):\n"
+                                    + "\n".join(named))
+        return groups
 
-        return memoised(inputs(), compute)
-
-    def _ports(self, templars: list[tuple[str, Any]], fleet: dict[str, Any],
+    def _ports(self, templars: Any, fleet: dict[str, Any],
                roles_dir: str) -> list[Group[list[dict[str, Any]]]]:
         pattern = re.compile("^(" + "|".join(sorted(PORT_VARIABLES)) + ")$")
 
@@ -240,9 +343,9 @@ class ActionModule(ActionBase):
                         " (roles/vllm_plan) before its ports tasks, in the same play.")
                 names = [n for n in templar.available_variables if pattern.match(n)]
                 try:
-                    values = self._evaluate(templar, {n: n for n in names})
-                    prometheus = templar.evaluate_expression(trust_as_template(
-                        "inventory_hostname in groups['prometheus_servers'] | default([])"))
+                    values = self._evaluate(templar, {**{n: n for n in names}, "_prometheus": (
+                        "inventory_hostname in groups['prometheus_servers'] | default([])")})
+                    prometheus = values.pop("_prometheus")
                 except AnsibleError as exc:
                     raise AnsibleActionFail(f"{host}: {exc}") from None
                 yield host, {"replicas": [{k: r.get(k) for k in ("name", "port", "index")}

@@ -43,9 +43,12 @@ options:
     type: str
     choices: [plan, ports]
     default: plan
-  roles_dir:
-    description: The roles folder whose defaults fill unset port variables (O(what=ports)).
+  role_path:
+    description: The path of roles/vllm_plan (C(role_path)); its C(meta/argument_specs.yml)
+      checks each host's variables, as the role's validation task would on every host (once
+      per distinct set of values), and its sibling roles' defaults fill unset port variables.
     type: str
+    required: true
 """
 
 EXAMPLES = r"""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,27 @@ def test_a_hazard_on_one_host_fails_the_run_naming_that_host(tmp_path: Path) -> 
     # The five safe hosts share one table; the refused host has a table of its own.
     assert "5 hosts / vllm-0 (GPUs 0,1, port 8000)" in result.stdout
     assert "gpu-5.test / vllm-0 (GPUs 0,1, port 8000)" in result.stdout
+
+
+def test_a_host_whose_variable_a_default_reads_differs_gets_its_own_plan(tmp_path: Path) -> None:
+    """vllm_plan_model's default reads vllm_server_root: a host that sets only that variable
+    is not given its neighbours' evaluated inputs (the raw-input reuse follows templates)."""
+    shutil.copytree(ROOT / "inventories/example/models", tmp_path / "models")
+    hosts: dict[str, Any] = {f"gpu-{i}.test": None for i in range(4)}
+    hosts["gpu-3.test"] = {"vllm_server_root": "/data/vllm"}
+    inventory = {"all": {"children": {"vllm_servers": {"hosts": hosts, "vars": {
+        "model_artifacts_name": "Qwen2.5-72B-Instruct", "vllm_plan_gpu_count": 2,
+        "vllm_plan_options": {"gpu": "H200", "tensor_parallel_size": 2}}}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    playbook = CONSUMER.replace("'len': vllm_plan_replicas[0].plan.max_model_len",
+                                "'len': vllm_plan_replicas[0].plan.argv[2]")
+    result = run(tmp_path, tmp_path / "hosts.yml", playbook)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        if "SEEN " in line:
+            value = json.loads(base64.b64decode(line.split("SEEN ", 1)[1].strip().strip('"')))
+            seen[value["host"]] = value["len"]
+    assert seen["gpu-3.test"] == "/data/vllm/models/Qwen2.5-72B-Instruct/current"
+    assert {seen[f"gpu-{i}.test"] for i in range(3)} == \
+        {"/srv/vllm/models/Qwen2.5-72B-Instruct/current"}
