@@ -137,7 +137,8 @@ HAZARD_FIX = ("Fix the flags as each message says, or set vllm_plan_options.haza
 def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
     """One host's plan entry from its evaluated inputs (raises PlanError, AnsibleError)."""
     if inputs["vllm_plan_model_config"]:
-        read = {"text": "", "note": "vllm_plan_model_config (a mapping), not checked against a lock"}
+        read = {"text": "",
+                "note": "vllm_plan_model_config (a mapping), not checked against a lock"}
         config: object = inputs["vllm_plan_model_config"]
     else:
         read = model_config(inputs["vllm_plan_model_config_file"],
@@ -195,7 +196,7 @@ def refusals(groups: list[Group[dict[str, Any]]]) -> list[str]:
     return messages
 
 
-class ActionModule(ActionBase):
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type information
     """plan_fleet: the plan (what=plan) or the port list (what=ports) of every host."""
 
     TRANSFERS_FILES = False
@@ -210,7 +211,8 @@ class ActionModule(ActionBase):
         manager = self._task.get_variable_manager()
         inventory = task_vars["hostvars"]._inventory  # the HostVars' inventory (no public getter)
         play = self._task.get_play()
-        batch, every = list(task_vars["ansible_play_batch"]), list(task_vars["ansible_play_hosts_all"])
+        batch = list(task_vars["ansible_play_batch"])
+        every = list(task_vars["ansible_play_hosts_all"])
         templar = self._templar.copy_with_new_env()
         for name in hosts:
             host = inventory.get_host(name)
@@ -248,7 +250,7 @@ class ActionModule(ActionBase):
         return {}
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
+        result: dict[str, Any] = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args
         hosts = [str(h) for h in args.get("hosts") or []]
@@ -261,24 +263,27 @@ class ActionModule(ActionBase):
         templars = self._host_templars(task_vars, hosts)
         fleet = {host: dict(entry) for host, entry in
                  (task_vars.get("vllm_plan_fleet") or {}).items()}
+        role_path = Path(str(args.get("role_path", "")))
         if what == "plan":
-            groups = self._plan(templars, Path(str(args.get("role_path", ""))))
-            for group in groups:
-                for host in group.hosts:
-                    fleet[host] = group.result
-            result.update(tables=tables(groups), refused=refusals(groups))
+            plans = self._plan(templars, role_path)
+            for plan in plans:
+                for host in plan.hosts:
+                    fleet[host] = plan.result
+            result.update(tables=tables(plans), refused=refusals(plans))
+            computed = len(plans)
         else:
-            groups = self._ports(templars, fleet, str(Path(str(args.get("role_path", ""))).parent))
+            ports = self._ports(templars, fleet, str(role_path.parent))
             clashes = []
-            for group in groups:
-                for host in group.hosts:
-                    fleet[host] = {**fleet[host], "ports": group.result}
-                    clashes.extend(port_clashes(group.result, host))
+            for listed in ports:
+                for host in listed.hosts:
+                    fleet[host] = {**fleet[host], "ports": listed.result}
+                    clashes.extend(port_clashes(list(listed.result), host))
             result["refused"] = clashes
+            computed = len(ports)
         result.update(self._publish(fleet, VIEWS[what]))
-        result.update(changed=False, hosts=len(hosts), planner_calls=len(groups),
-                      msg=f"{len(hosts)} hosts, {len(groups)} distinct sets of inputs:"
-                          f" {len(groups)} {what} computations")
+        result.update(changed=False, hosts=len(hosts), planner_calls=computed,
+                      msg=f"{len(hosts)} hosts, {computed} distinct sets of inputs:"
+                          f" {computed} {what} computations")
         return result
 
     def _plan(self, templars: Any,
