@@ -119,6 +119,7 @@ VIEWS = {
     "ports": {"vllm_plan_ports": "ports"},
 }
 
+
 def argument_spec(role_path: Path) -> dict[str, Any]:
     """The options of the role's main entry point (meta/argument_specs.yml)."""
     try:

@@ -42,8 +42,8 @@ TARGET_HOSTS = 1000
 
 QWEN35 = yaml.safe_load((EXAMPLE / "group_vars/h200_qwen35.yml").read_text())
 H200 = yaml.safe_load((EXAMPLE / "group_vars/h200.yml").read_text())
-H200_SHORT = {**H200, "vllm_plan_options": {**H200["vllm_plan_options"],
-                                          "max_model_len": 16384}}
+H200_SHORT = {**H200,
+              "vllm_plan_options": {**H200["vllm_plan_options"], "max_model_len": 16384}}
 
 
 def write_fleet(directory: Path, hosts: int) -> Path:

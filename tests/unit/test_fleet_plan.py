@@ -52,6 +52,8 @@ CONSUMER = """
                        'ports': vllm_plan_replicas | map(attribute='port') | list,
                        'len': vllm_plan_replicas[0].plan.max_model_len,
                        'served': vllm_plan_served_name,
+                       'other': hostvars['gpu-5.test'] | vllm_fleet.serving.engine_replicas
+                                | map(attribute='port') | list,
                        'fleet': vllm_plan_fleet | length} | to_json | b64encode }}"
 """
 
@@ -95,6 +97,8 @@ def test_each_host_reads_its_own_plan_and_an_override_gets_its_own(tmp_path: Pat
         assert seen[host]["ports"] == [8000, 8001] and seen[host]["fleet"] == 6
         assert seen[host]["len"] != 8192
     assert seen["gpu-5.test"]["ports"] == [9000, 9001]
+    # Another host's replicas, read as Prometheus's scrape config reads them: that host's.
+    assert {tuple(v["other"]) for v in seen.values()} == {(9000, 9001)}
     assert seen["gpu-5.test"]["len"] == 8192
     assert "6 hosts, 2 distinct sets of inputs: 2 plan computations" in result.stdout
 
@@ -123,7 +127,8 @@ def test_a_host_whose_variable_a_default_reads_differs_gets_its_own_plan(tmp_pat
         "vllm_plan_options": {"gpu": "H200", "tensor_parallel_size": 2}}}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     playbook = CONSUMER.replace("'len': vllm_plan_replicas[0].plan.max_model_len",
-                                "'len': vllm_plan_replicas[0].plan.argv[2]")
+                                "'len': vllm_plan_replicas[0].plan.argv[2]") \
+        .replace("gpu-5.test", "gpu-3.test")
     result = run(tmp_path, tmp_path / "hosts.yml", playbook)
     assert result.returncode == 0, result.stdout + result.stderr
     seen = {}

@@ -23,8 +23,8 @@ def run(playbook: str, inventory: Path, *extra: str) -> subprocess.CompletedProc
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "rebuild.yml", "rolling_restart.yml"])
-def test_a_slice_of_the_declared_fleet_is_refused_before_any_host(tmp_path: Path,
-                                                                   playbook: str) -> None:
+def test_a_slice_of_the_declared_fleet_is_refused_before_any_host(
+        tmp_path: Path, playbook: str) -> None:
     result = run(playbook, two_host_inventory(tmp_path), "-e", "vllm_fleet_expected_hosts=3")
     out = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0
