@@ -21,7 +21,9 @@ its defaults/main.yml (never a copy of its value):
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,14 @@ class RoleDefaultError(ValueError):
     """A variable that is no literal default of its role; the message names it."""
 
 
+@functools.lru_cache(maxsize=64)
+def _defaults(path: str, mtime_ns: int) -> Any:
+    """A role's defaults/main.yml, parsed once per version of the file (a fleet's plan reads
+    the same defaults for every host)."""
+    del mtime_ns  # part of the cache key only
+    return yaml.safe_load(Path(path).read_text())
+
+
 def role_default(name: str, roles_dir: str | Path = ROLES_DIR) -> Any:
     """The default of variable ``name`` in its role's defaults/main.yml; the role is the one
     whose name (and '_') begins the variable's. Only literal defaults: a templated one would
@@ -73,10 +83,11 @@ def role_default(name: str, roles_dir: str | Path = ROLES_DIR) -> Any:
     if not roles:
         raise RoleDefaultError(f"{name}: no role under {roles_dir} owns this variable")
     defaults_file = Path(roles_dir) / roles[0] / "defaults" / "main.yml"
-    defaults = yaml.safe_load(defaults_file.read_text()) if defaults_file.exists() else {}
+    defaults = (_defaults(str(defaults_file), defaults_file.stat().st_mtime_ns)
+                if defaults_file.exists() else {})
     if name not in (defaults or {}):
         raise RoleDefaultError(f"{name}: not a default of role {roles[0]} ({defaults_file})")
-    value = defaults[name]
+    value = copy.deepcopy(defaults[name])
     if "{{" in str(value) or "{%" in str(value):
         raise RoleDefaultError(f"{name}: the default of role {roles[0]} is a template "
                                f"({value!r}); default to the variable it names instead")

@@ -52,8 +52,10 @@ def test_example_inventory_plans_every_host_and_replica() -> None:
     result = run_plan(ROOT / "inventories" / "example")
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for title in ("h200-a.gpu.example.internal / vllm-0 (GPUs 0,1, port 8000)",
-                  "h200-b.gpu.example.internal / vllm-0 (GPUs 0,1, port 8000)",
+    # h200-a and h200-b share their inputs: one table, naming both (issue 23, item 5).
+    assert "hosts                     h200-a.gpu.example.internal, h200-b.gpu.example.internal" \
+        in out
+    for title in ("2 hosts / vllm-0 (GPUs 0,1, port 8000)",
                   "h100-a.gpu.example.internal / vllm-0 (GPUs 0,1,2,3, port 8000)",
                   "h100-a.gpu.example.internal / vllm-1 (GPUs 4,5,6,7, port 8001)"):
         assert title in out
@@ -91,7 +93,7 @@ def test_example_inventory_plans_the_hybrid_groups_with_their_layer_mix() -> Non
         assert "kv blocks                 9,604 x 544 tokens" in qnext
         assert "hazards                   none" in qnext
     # The full-attention groups keep their model and print no layer mix.
-    h200 = replica_table(out, "h200-a.gpu.example.internal / vllm-0")
+    h200 = replica_table(out, "2 hosts / vllm-0")
     assert "Qwen2.5-72B-Instruct/current" in h200 and "layers  " not in h200
 
 
