@@ -126,9 +126,9 @@ main() {
   echo "=== molecule summary (scenario, result, seconds)"
   cat "${LOGS}/engine.result" "${LOGS}/host.result" "${LOGS}/last.result"
   if grep -q FAILED "${LOGS}"/*.result; then
-    for scenario in $(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1); do
+    while read -r scenario; do
       failure_excerpt "${scenario}"
-    done
+    done < <(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1)
     echo "=== failed: $(grep -h FAILED "${LOGS}"/*.result | cut -d' ' -f1 | tr '\n' ' ')" >&2
     rc=1
   elif [[ ${rc} -ne 0 ]]; then
