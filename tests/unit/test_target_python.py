@@ -28,7 +28,10 @@ PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent
     shutil.which("ansible-playbook")
 OLDEST = (3, 9)
 NEWEST_KNOWN = (3, 13)
-MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py") if p.stem != "managed_file")
+# The modules that run on the managed host. A file without AnsibleModule only documents an
+# action plugin that runs on the control node (managed_file, plan_fleet).
+MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py")
+                 if "AnsibleModule" in p.read_text())
 
 
 def interpreters() -> dict[tuple[int, int], str]:
