@@ -3,13 +3,13 @@
 #   setup     apt packages, podman runtime config, .venv   (scripts/setup.sh)
 #   images    systemd test-host images, cached by input hash (scripts/build-images.sh)
 #   then two lanes side by side (scripts/molecule-lanes.sh):
-#     engine lane: the engine image, then the engine scenarios (operations, site, vllm_server)
+#     engine lane: the engine image, then the engine scenarios (vllm_server, site, operations)
 #     host lane:   lint (yamllint, ansible-lint, ruff, mypy), unit (pytest tests/unit) and
 #                  unit-core2.20, sanity and sanity-core2.20 (ansible-test sanity on
 #                  ansible-core 2.21 and 2.20), then every other molecule scenario
-#                  (molecule/NAME/molecule.yml)
-#   then the benchmark scenario alone (its TTFT gate measures the cores), and
-#   oracle    vLLM's own KV-cache code judges the planner, inside the engine image
+#                  (molecule/NAME/molecule.yml), the benchmark scenario last (it waits for
+#                  the engine lane's engine image), and
+#                  oracle: vLLM's own KV-cache code judges the planner, inside that image
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -90,12 +90,13 @@ molecule: images
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
 # The lint, unit and sanity checks (ansible-core 2.21 and 2.20) run at the head of the host
-# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first); a failure in any
-# of them fails the target.
+# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first), and the oracle at
+# its end, once the engine lane has built the engine image (--host-last); a failure in any of
+# them fails the target.
 test: setup images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
-	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" $(SCENARIOS)
-	$(MAKE) oracle
+	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" \
+	  --host-last "$(MAKE) oracle" $(SCENARIOS)
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made
 # from the Debian 12 test image, converged by playbooks/site.yml with the CPU engine and
