@@ -6,6 +6,7 @@ that path in view (no roles path, no sys.path scan), the installed copy:
   - runs its playbook vllm_fleet.serving.plan (plan.yml, and in it the role vllm_plan with the
     kv_plan, model_config and port_plan filters) against its own copy of inventories/local;
   - runs the module deploy_manifest (its module_utils.hashing import included) on localhost;
+  - runs the host role model_artifacts (its modules, action and files) on localhost in --check;
   - is what ansible-doc reports as the source of a filter and a module.
 """
 
@@ -120,3 +121,34 @@ def test_an_installed_module_runs_with_its_module_utils(
     out = ran.stdout + ran.stderr
     assert ran.returncode == 0, out
     assert hashlib.sha256(data.read_bytes()).hexdigest() in out
+
+
+def test_an_installed_host_role_runs_in_check_mode(installed: Installed, tmp_path: Path) -> None:
+    """A role that works on a host, vllm_fleet.serving.model_artifacts, from the installed
+    copy alone: its argument spec, its modules and action (model_verify, managed_file), its
+    files and the lock check on the control node, run in --check against this machine with a
+    pre-staged model. Check mode: nothing is written, on this machine or under the model root."""
+    root, cwd, env = installed
+    models = root / "inventories" / "local" / "models"
+    model_root = tmp_path / "models"
+    playbook = tmp_path / "role.yml"
+    playbook.write_text(json.dumps([{
+        "name": "A host role of the installed collection",
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"model_artifacts_name": "tiny-qwen2",
+                 "model_artifacts_source": "prestaged",
+                 "model_artifacts_prestaged_dir": str(models / "tiny-qwen2"),
+                 "model_artifacts_lock_file": str(models / "tiny-qwen2.lock.yml"),
+                 "model_artifacts_root": str(model_root),
+                 "model_artifacts_disk_margin_bytes": 1048576},
+        "roles": [f"{FQCN}.model_artifacts"]}]))
+    ran = _run([_tool("ansible-playbook"), "-i", "localhost,", "--check", "--diff",
+                str(playbook)], cwd, env)
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, out
+    for task in ("Validate the model lock on the control node",
+                 "Verify the staged files against the lock (bad files are removed)",
+                 "Install the start check, /usr/local/bin/vllm-model-check"):
+        assert f"TASK [{FQCN}.model_artifacts : {task}]" in out, task
+    assert "failed=0" in out
+    assert not model_root.exists()
