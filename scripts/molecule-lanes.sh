@@ -142,6 +142,10 @@ main() {
   : > "${LOGS}/engine.result"
   : > "${LOGS}/host.result"
 
+  # Each lane is a pipeline (lane | prefix | log) in the background: waiting for it waits
+  # for its last line to be written too (pipefail gives the lane's status), so the summary
+  # below comes after every lane line. With the prefixer in a process substitution, a loaded
+  # machine printed the summary first and the lane's last lines after it.
   local start=${SECONDS} engine_pid host_pid rc=0
   (
     image_rc=0
@@ -149,7 +153,7 @@ main() {
     echo "${image_rc}" > "${LOGS}/engine-image.rc"
     [[ ${image_rc} -eq 0 ]] || exit 1
     run_lane engine "${engine[@]}"
-  ) > >(sed -u 's/^/[engine] /' | tee "${LOGS}/engine.log") 2>&1 &
+  ) 2>&1 | sed -u 's/^/[engine] /' | tee "${LOGS}/engine.log" &
   engine_pid=$!
   (
     rc=0
@@ -165,7 +169,7 @@ main() {
       fi
     fi
     exit "${rc}"
-  ) > >(sed -u 's/^/[host] /' | tee "${LOGS}/host.log") 2>&1 &
+  ) 2>&1 | sed -u 's/^/[host] /' | tee "${LOGS}/host.log" &
   host_pid=$!
   wait "${engine_pid}" || rc=1
   wait "${host_pid}" || rc=1

@@ -1,7 +1,8 @@
 """scripts/molecule-lanes.sh with a stand-in `molecule` and engine-image build: a failed
 scenario's cause is repeated at the end of the output (CI shows only the end of a long log);
 the benchmark and the --host-last command run in the host lane only after the engine lane
-has built the engine image, and not at all when that build failed."""
+has built the engine image, and not at all when that build failed; the summary comes after
+every lane's last line even when the lanes' prefixers lag."""
 
 from __future__ import annotations
 
@@ -26,6 +27,20 @@ fi
 """
 
 
+# sed that, as a lane's prefixer ("s/^/[lane] /"), hands on its lines only a second after its
+# input ends, as a lagging prefixer does on a loaded machine: the lanes' output must still all
+# come before the summary.
+SLOW_PREFIXER = """#!/usr/bin/env bash
+if [[ "$*" == *'s/^/['* ]]; then
+  out="$("$REAL_SED" "$@")"
+  sleep 1
+  printf '%s\\n' "${out}"
+else
+  exec "$REAL_SED" "$@"
+fi
+"""
+
+
 BUILD_OK = "#!/usr/bin/env bash\nsleep 3\necho built >> events\n"
 BUILD_FAILS = "#!/usr/bin/env bash\nsleep 1\necho 'podman build failed' >&2\nexit 125\n"
 
@@ -40,9 +55,11 @@ def run_lanes(tmp_path: Path, *args: str,
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "molecule").write_text(FAKE_MOLECULE)
-    for path in (scripts / "build-engine-image.sh", bin_dir / "molecule"):
+    (bin_dir / "sed").write_text(SLOW_PREFIXER)
+    for path in (scripts / "build-engine-image.sh", bin_dir / "molecule", bin_dir / "sed"):
         path.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "REAL_SED": shutil.which("sed") or "/bin/sed"}
     env.pop("MOLECULE_LANES_LOGS", None)
     return subprocess.run(["bash", "scripts/molecule-lanes.sh", *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120, check=False)
