@@ -96,7 +96,7 @@ molecule: images
 test: setup images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
 	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" \
-	  --host-last "$(MAKE) oracle" $(SCENARIOS)
+	  --host-last "$(MAKE) oracle ee-image" $(SCENARIOS)
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made
 # from the Debian 12 test image, converged by playbooks/site.yml with the CPU engine and
