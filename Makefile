@@ -8,8 +8,9 @@
 #                  unit-core2.20, sanity and sanity-core2.20 (ansible-test sanity on
 #                  ansible-core 2.21 and 2.20), then every other molecule scenario
 #                  (molecule/NAME/molecule.yml), the benchmark scenario last (it waits for
-#                  the engine lane's engine image), and
-#                  oracle: vLLM's own KV-cache code judges the planner, inside that image
+#                  the engine lane's engine image), then
+#                  oracle: vLLM's own KV-cache code judges the planner, inside that image, and
+#                  ee-image: the execution environment built with podman, plan.yml inside it
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -90,9 +91,9 @@ molecule: images
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
 # The lint, unit and sanity checks (ansible-core 2.21 and 2.20) run at the head of the host
-# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first), and the oracle at
-# its end, once the engine lane has built the engine image (--host-last); a failure in any of
-# them fails the target.
+# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first), and the oracle and
+# the execution environment's image (built, then plan.yml inside it) at its end, once the engine
+# lane has built the engine image (--host-last); a failure in any of them fails the target.
 test: setup images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
 	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" \
