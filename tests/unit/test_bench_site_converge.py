@@ -44,7 +44,7 @@ def test_floor_installs_the_inventory_pins() -> None:
         assert package in python, installer
         for pin in engine["vllm_server_uv_constraints"]:
             assert pin in system, (installer, pin)
-    _, pip = site_converge.floor_steps("pip")
+    pip = site_converge.floor_steps("pip")[1]
     assert "pip uninstall" in pip and "torchvision" in pip
-    _, uv = site_converge.floor_steps("uv")
+    uv = site_converge.floor_steps("uv")[1]
     assert "--excludes" in uv and "uv==" in uv
