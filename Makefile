@@ -80,8 +80,10 @@ sanity: setup
 
 # The ansible-core 2.20 leg: unit tests and sanity on .venv-core2.20 (molecule runs on 2.21).
 .PHONY: sanity unit-core2.20 sanity-core2.20
+# Its own ansible-* first; tools only .venv has (ansible-builder for the EE tests) after the
+# caller's PATH, so a bare `make unit-core2.20` finds them as `make test` does.
 unit-core2.20: setup
-	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH)" pytest tests/unit
+	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH):$(VENV_BIN)" pytest tests/unit
 
 sanity-core2.20: setup
 	scripts/sanity.sh .venv-core2.20
