@@ -90,6 +90,8 @@ def plan_for(workload: Workload, model_dir: str, port: int,
     options: dict[str, Any] = {
         "gpu": {"name": "cpu-engine", "memory_bytes": 4 << 30},
         "kv_cache_memory_bytes": workload.kv_cache_memory_bytes,
+        # float16: vLLM's bfloat16 CPU attention dies with SIGILL on AMX CPUs (cpu_engine.yml).
+        "dtype": "float16",
         "kv_cache_dtype": "auto",
         "block_size": 32,  # the CPU attention backend takes multiples of 32
         "enforce_eager": True,
