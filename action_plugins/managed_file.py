@@ -11,19 +11,23 @@ when the host already has it right.
 
 ansible.builtin.template and ansible.builtin.copy run two modules on a file that is already
 right: stat, then file to apply the same owner, group and mode again. A re-run of site.yml
-has 17 such files per engine host, and every module call starts Python on the host (about
-0.3-0.5 s each on a small machine). This action computes the wanted bytes on the control
-node (a template as the template lookup renders it), stats the destination once and stops
-there when its checksum, owner, group and mode all match. Anything else - a difference, a
-missing file, a rendering or stat that fails - hands the task to ansible.builtin.template
-(with `template` as its src) or ansible.builtin.copy, which writes, validates, diffs and
-honours check mode as always. So it only ever answers "unchanged" for a file that already
-holds the wanted bytes with the wanted attributes; every change is the builtin's.
+has about 30 such files per engine host, and every module call starts Python on the host
+(0.15-0.5 s each on a small machine). This action computes the wanted bytes on the control
+node (a template as the template lookup renders it) and reads the destination with one shell
+command on the connection Ansible already holds (coreutils' test, stat and sha1sum: no
+module, no Python on the host), and stops there when it is a regular file whose sha1,
+owner, group and mode all match. Anything else - a difference, a missing file or a link, a
+rendering or a probe that fails, a host without GNU stat - hands the task to
+ansible.builtin.template (with `template` as its src) or ansible.builtin.copy, which writes,
+validates, diffs and honours check mode as always. So it only ever answers "unchanged" for
+a file that already holds the wanted bytes with the wanted attributes; every change is the
+builtin's.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, cast
 
 from ansible.errors import AnsibleActionFail, AnsibleError
@@ -34,6 +38,29 @@ from ansible.utils.hashing import checksum, checksum_s
 SOURCES = ("template", "src", "content")
 ACCEPTED = frozenset(SOURCES + ("dest", "owner", "group", "mode", "validate"))
 OCTAL_MODE = re.compile(r"^0?[0-7]{3,4}$")
+SHA1 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def probe_command(dest: str) -> str:
+    """The shell command that prints DEST's owner, group, uid, gid, mode and sha1, one a
+    line, and fails unless DEST is a regular file (not a link, a FIFO or a directory)."""
+    path = shlex.quote(dest)
+    return (f"test -f {path} && test ! -h {path} && "
+            f"LC_ALL=C stat --printf='%U\\n%G\\n%u\\n%g\\n%a\\n' -- {path} && sha1sum < {path}")
+
+
+def parse_probe(rc: int, stdout: str) -> dict[str, Any] | None:
+    """The stat result (as ansible.builtin.stat names it) that probe_command printed, or
+    None where it failed or printed anything else."""
+    lines = stdout.splitlines()
+    if rc != 0 or len(lines) != 6:
+        return None
+    owner, group, uid, gid, mode, digest = lines
+    sha1 = digest.split(" ")[0]
+    if not (uid.isdigit() and gid.isdigit() and OCTAL_MODE.match(mode) and SHA1.match(sha1)):
+        return None
+    return {"exists": True, "isreg": True, "islnk": False, "checksum": sha1, "pw_name": owner,
+            "uid": int(uid), "gr_name": group, "gid": int(gid), "mode": mode.zfill(4)}
 
 
 def check_args(args: dict[str, Any]) -> str | None:
@@ -93,10 +120,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         try:
             wanted = self.wanted_checksum(args, task_vars)
             if wanted is not None:
-                stat = self._execute_remote_stat(args["dest"], all_vars=task_vars,
-                                                 follow=False, checksum=True)
-                if unchanged(stat, wanted, args):
-                    self._remove_tmp_path(self._connection._shell.tmpdir)
+                probe = self._low_level_execute_command(probe_command(str(args["dest"])))
+                stat = parse_probe(probe.get("rc", 1), probe.get("stdout", ""))
+                if stat is not None and unchanged(stat, wanted, args):
                     result.update(changed=False, dest=args["dest"], checksum=wanted,
                                   owner=stat.get("pw_name"), group=stat.get("gr_name"),
                                   mode=stat.get("mode"), state="file")

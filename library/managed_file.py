@@ -10,19 +10,22 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: managed_file
-short_description: A file from a template, a role file or content, in one module call when
-  the host already has it right
+short_description: A file from a template, a role file or content, without a module call
+  when the host already has it right
 description:
   - Computes the wanted bytes on the control node (a O(template) as the
-    C(ansible.builtin.template) lookup renders it, a role file O(src), or O(content)),
-    stats O(dest) once and stops there when its checksum, owner, group and mode all match.
-  - Anything else (a difference, a missing file, a rendering or stat that fails) hands the
+    C(ansible.builtin.template) lookup renders it, a role file O(src), or O(content)), reads
+    O(dest) with one shell command (coreutils' C(test), C(stat) and C(sha1sum) on the
+    connection Ansible already holds; no Python starts on the host) and stops there when it
+    is a regular file whose sha1, owner, group and mode all match.
+  - Anything else (a difference, a missing file or a link, a rendering or a probe that fails,
+    a host without GNU C(stat)) hands the
     task to M(ansible.builtin.template) (with O(template) as its C(src)) or
     M(ansible.builtin.copy), which writes, validates, diffs and honours check mode as always.
     So the action only ever answers "unchanged" for a file that already holds the wanted
     bytes with the wanted attributes; every change is the builtin's.
   - The builtins run two modules on a file that is already right (stat, then file to apply
-    owner, group and mode again); this saves one Python start on the host per such file.
+    owner, group and mode again); this saves both Python starts on the host per such file.
 author:
   - vllm-fleet maintainers (@vllm-fleet)
 attributes:

@@ -1,6 +1,7 @@
 """action_plugins/managed_file.py with the real ansible-playbook on this machine (connection
 local, a scratch directory): it writes through ansible.builtin.template/copy, answers
-"unchanged" with one module call, and hands every difference back to the builtin."""
+"unchanged" with one shell command and no module call, and hands every difference back to the
+builtin."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "action_plugins"))
-from managed_file import attributes_match, check_args, unchanged  # noqa: E402
+from managed_file import (  # noqa: E402
+    attributes_match, check_args, parse_probe, probe_command, unchanged)
 
 PLAY = """
 - hosts: localhost
@@ -85,7 +87,7 @@ def changed_tasks(report: dict[str, Any]) -> list[str]:
             if t["hosts"]["localhost"].get("changed")]
 
 
-def test_writes_then_reruns_with_one_module_call_per_file(project: Path) -> None:
+def test_writes_then_reruns_without_a_module_call(project: Path) -> None:
     first, _calls, report = play(project)
     assert first.returncode == 0, first.stdout + first.stderr
     assert len(changed_tasks(report)) == 3
@@ -94,7 +96,19 @@ def test_writes_then_reruns_with_one_module_call_per_file(project: Path) -> None
     assert stat.S_IMODE((out / "content.txt").stat().st_mode) == 0o600
     again, calls, report = play(project)
     assert again.returncode == 0 and changed_tasks(report) == []
-    assert calls == 3  # ansible.builtin.template/copy take 6: stat, then file, for each
+    assert calls == 0  # ansible.builtin.template/copy take 6: stat, then file, for each
+
+
+def test_a_link_in_place_of_the_file_goes_to_the_builtin(project: Path) -> None:
+    play(project)
+    out = project / "out"
+    (out / "elsewhere.txt").write_bytes((out / "static.txt").read_bytes())
+    (out / "elsewhere.txt").chmod(0o644)
+    (out / "static.txt").unlink()
+    (out / "static.txt").symlink_to(out / "elsewhere.txt")
+    again, calls, _report = play(project)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert calls > 0  # the same bytes behind a link are not "unchanged": the builtin decides
 
 
 def test_content_and_mode_drift_go_back_to_the_builtin(project: Path) -> None:
@@ -156,3 +170,23 @@ def test_unchanged_needs_bytes_type_owner_group_and_mode() -> None:
     assert not unchanged({**st, "exists": False}, "c", args)
     assert not attributes_match(st, {**args, "group": "root"})
     assert not attributes_match(st, {**args, "mode": "0644"})
+
+
+def test_probe_output_is_read_strictly(tmp_path: Path) -> None:
+    target = tmp_path / "it's here.txt"
+    target.write_text("hello\n")
+    target.chmod(0o640)
+    run = subprocess.run(["sh", "-c", probe_command(str(target))], capture_output=True,
+                         text=True, check=False)
+    found = parse_probe(run.returncode, run.stdout)
+    assert found is not None and found["mode"] == "0640" and found["isreg"]
+    assert found["checksum"] == "f572d396fae9206628714fb2ce00f72e94f2258f"  # sha1 of hello\n
+    assert found["uid"] == target.stat().st_uid
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    for path in (link, tmp_path, tmp_path / "missing"):
+        run = subprocess.run(["sh", "-c", probe_command(str(path))], capture_output=True,
+                             text=True, check=False)
+        assert parse_probe(run.returncode, run.stdout) is None, path
+    assert parse_probe(0, "root\nroot\n0\n0\n644\n") is None  # a line short
+    assert parse_probe(0, "root\nroot\n0\n0\n644\nnot-a-sha1  -\n") is None
