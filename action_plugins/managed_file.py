@@ -1,5 +1,5 @@
-"""Action managed_file: a file from a template, a role file or content, in one module call
-when the host already has it right.
+"""Action managed_file: a file from a template, a role file or content, or a directory,
+without a module call when the host already has it right.
 
     managed_file:
       template: haproxy.cfg.j2      # or  src: verify-unit.sh  (files/)  or  content: "..."
@@ -8,6 +8,13 @@ when the host already has it right.
       group: root
       mode: "0644"
       validate: haproxy -c -f %s    # optional, passed on
+
+    managed_file:
+      dest: /srv/vllm
+      state: directory              # no source: the directory, as ansible.builtin.file makes it
+      owner: root
+      group: root
+      mode: "0755"
 
 ansible.builtin.template and ansible.builtin.copy run two modules on a file that is already
 right: stat, then file to apply the same owner, group and mode again. A re-run of site.yml
@@ -21,7 +28,8 @@ rendering or a probe that fails, a host without GNU stat - hands the task to
 ansible.builtin.template (with `template` as its src) or ansible.builtin.copy, which writes,
 validates, diffs and honours check mode as always. So it only ever answers "unchanged" for
 a file that already holds the wanted bytes with the wanted attributes; every change is the
-builtin's.
+builtin's. A directory is the same with ansible.builtin.file as its builtin: unchanged only
+where it is a directory (not a link) with the wanted owner, group and mode.
 """
 
 from __future__ import annotations
@@ -36,17 +44,20 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.hashing import checksum, checksum_s
 
 SOURCES = ("template", "src", "content")
-ACCEPTED = frozenset(SOURCES + ("dest", "owner", "group", "mode", "validate"))
+ACCEPTED = frozenset(SOURCES + ("dest", "owner", "group", "mode", "validate", "state"))
 OCTAL_MODE = re.compile(r"^0?[0-7]{3,4}$")
 SHA1 = re.compile(r"^[0-9a-f]{40}$")
 
 
-def probe_command(dest: str) -> str:
-    """The shell command that prints DEST's owner, group, uid, gid, mode and sha1, one a
-    line, and fails unless DEST is a regular file (not a link, a FIFO or a directory)."""
+def probe_command(dest: str, directory: bool = False) -> str:
+    """The shell command that prints DEST's owner, group, uid, gid, mode and sha1 (or the
+    word directory), one a line, and fails unless DEST is a regular file (a directory where
+    DIRECTORY), not a link."""
     path = shlex.quote(dest)
-    return (f"test -f {path} && test ! -h {path} && "
-            f"LC_ALL=C stat --printf='%U\\n%G\\n%u\\n%g\\n%a\\n' -- {path} && sha1sum < {path}")
+    stat = f"LC_ALL=C stat --printf='%U\\n%G\\n%u\\n%g\\n%a\\n' -- {path}"
+    if directory:
+        return f"test -d {path} && test ! -h {path} && {stat} && echo directory"
+    return f"test -f {path} && test ! -h {path} && {stat} && sha1sum < {path}"
 
 
 def parse_probe(rc: int, stdout: str) -> dict[str, Any] | None:
@@ -55,12 +66,15 @@ def parse_probe(rc: int, stdout: str) -> dict[str, Any] | None:
     lines = stdout.splitlines()
     if rc != 0 or len(lines) != 6:
         return None
-    owner, group, uid, gid, mode, digest = lines
-    sha1 = digest.split(" ")[0]
-    if not (uid.isdigit() and gid.isdigit() and OCTAL_MODE.match(mode) and SHA1.match(sha1)):
+    owner, group, uid, gid, mode, last = lines
+    sha1 = last.split(" ")[0]
+    directory = last == "directory"
+    if not (uid.isdigit() and gid.isdigit() and OCTAL_MODE.match(mode)
+            and (directory or SHA1.match(sha1))):
         return None
-    return {"exists": True, "isreg": True, "islnk": False, "checksum": sha1, "pw_name": owner,
-            "uid": int(uid), "gr_name": group, "gid": int(gid), "mode": mode.zfill(4)}
+    return {"exists": True, "isreg": not directory, "isdir": directory, "islnk": False,
+            "checksum": None if directory else sha1, "pw_name": owner, "uid": int(uid),
+            "gr_name": group, "gid": int(gid), "mode": mode.zfill(4)}
 
 
 def check_args(args: dict[str, Any]) -> str | None:
@@ -70,7 +84,12 @@ def check_args(args: dict[str, Any]) -> str | None:
         return (f"managed_file: unsupported option(s) {', '.join(unknown)}. Fix: use only "
                 f"{', '.join(sorted(ACCEPTED))}, or ansible.builtin.template/copy directly.")
     given = [s for s in SOURCES if s in args]
-    if len(given) != 1 or "dest" not in args:
+    if args.get("state", "file") not in ("file", "directory"):
+        return f"managed_file: state {args['state']!r} must be file or directory."
+    if args.get("state") == "directory":
+        if given or "validate" in args or "dest" not in args:
+            return "managed_file: a directory takes dest, owner, group and mode only."
+    elif len(given) != 1 or "dest" not in args:
         return "managed_file: give dest and exactly one of template, src or content."
     if "mode" in args and not OCTAL_MODE.match(str(args["mode"])):
         return f"managed_file: mode {args['mode']!r} must be an octal string such as \"0644\"."
@@ -117,6 +136,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         problem = check_args(args)
         if problem:
             raise AnsibleActionFail(problem)
+        if args.get("state") == "directory":
+            return self.directory(args, result, task_vars)
+        args.pop("state", None)
         try:
             wanted = self.wanted_checksum(args, task_vars)
             if wanted is not None:
@@ -131,13 +153,29 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             pass  # in any doubt the builtin decides, and reports its own errors
         return cast(dict[str, Any], self.builtin(args).run(task_vars=task_vars))
 
+    def directory(self, args: dict[str, Any], result: dict[str, Any],
+                  task_vars: dict[str, Any]) -> dict[str, Any]:
+        """A directory: unchanged where the probe finds it right, else ansible.builtin.file."""
+        try:
+            probe = self._low_level_execute_command(probe_command(str(args["dest"]), True))
+            stat = parse_probe(probe.get("rc", 1), probe.get("stdout", ""))
+            if stat is not None and stat["isdir"] and attributes_match(stat, args):
+                result.update(changed=False, path=args["dest"], owner=stat["pw_name"],
+                              group=stat["gr_name"], mode=stat["mode"], state="directory")
+                return result
+        except AnsibleError:
+            pass  # in any doubt the builtin decides, and reports its own errors
+        module_args = {("path" if k == "dest" else k): v for k, v in args.items()}
+        result.update(self._execute_module(module_name="ansible.builtin.file",
+                                           module_args=module_args, task_vars=task_vars))
+        self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result
+
     def builtin(self, args: dict[str, Any]) -> ActionBase:
         task = self._task.copy()
-        name = "ansible.builtin.copy"
-        if "template" in args:
-            name = "ansible.builtin.template"
-            task.args.clear()
-            task.args.update({("src" if k == "template" else k): v for k, v in args.items()})
+        name = "ansible.builtin.template" if "template" in args else "ansible.builtin.copy"
+        task.args.clear()
+        task.args.update({("src" if k == "template" else k): v for k, v in args.items()})
         action = self._shared_loader_obj.action_loader.get(
             name, task=task, connection=self._connection, play_context=self._play_context,
             loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: managed_file
-short_description: A file from a template, a role file or content, without a module call
-  when the host already has it right
+short_description: A file from a template, a role file or content, or a directory, without
+  a module call when the host already has it right
 description:
   - Computes the wanted bytes on the control node (a O(template) as the
     C(ansible.builtin.template) lookup renders it, a role file O(src), or O(content)), reads
@@ -66,6 +66,14 @@ options:
     description: Passed on to the builtin, which runs it on the new file before it replaces
       O(dest) (C(%s) is the file).
     type: str
+  state:
+    description:
+      - V(directory) makes O(dest) a directory with O(owner), O(group) and O(mode), as
+        M(ansible.builtin.file) with O(state=directory) does (its builtin here); it takes
+        none of O(template), O(src), O(content) and O(validate).
+    type: str
+    choices: [file, directory]
+    default: file
 notes:
   - Options other than these are refused with the list of the supported ones; use
     M(ansible.builtin.template) or M(ansible.builtin.copy) directly for them.
@@ -75,6 +83,14 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Create the engine's root
+  vllm_fleet.serving.managed_file:
+    dest: /srv/vllm
+    state: directory
+    owner: root
+    group: root
+    mode: "0755"
+
 - name: Render the haproxy configuration
   vllm_fleet.serving.managed_file:
     template: haproxy.cfg.j2
@@ -121,7 +137,7 @@ mode:
   returned: success
   sample: "0640"
 state:
-  description: V(file).
+  description: V(file), or V(directory) for a directory.
   type: str
   returned: success
   sample: file

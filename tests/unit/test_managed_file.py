@@ -19,7 +19,12 @@ from test_plan_playbook import PLAYBOOK
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "action_plugins"))
 from managed_file import (  # noqa: E402
-    attributes_match, check_args, parse_probe, probe_command, unchanged)
+    attributes_match,
+    check_args,
+    parse_probe,
+    probe_command,
+    unchanged,
+)
 
 PLAY = """
 - hosts: localhost
@@ -47,6 +52,11 @@ TASKS = """
     content: "{{ greeting }} from content\\n"
     dest: "{{ out }}/content.txt"
     mode: "0600"
+- name: A directory
+  managed_file:
+    dest: "{{ out }}/cache"
+    state: directory
+    mode: "0750"
 """
 
 
@@ -90,13 +100,27 @@ def changed_tasks(report: dict[str, Any]) -> list[str]:
 def test_writes_then_reruns_without_a_module_call(project: Path) -> None:
     first, _calls, report = play(project)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert len(changed_tasks(report)) == 3
+    assert len(changed_tasks(report)) == 4
     out = project / "out"
+    assert stat.S_IMODE((out / "cache").stat().st_mode) == 0o750
     assert (out / "greeting.txt").read_text().endswith("hello\n")
     assert stat.S_IMODE((out / "content.txt").stat().st_mode) == 0o600
     again, calls, report = play(project)
     assert again.returncode == 0 and changed_tasks(report) == []
     assert calls == 0  # ansible.builtin.template/copy take 6: stat, then file, for each
+
+
+def test_a_directory_drifted_or_replaced_goes_to_the_builtin(project: Path) -> None:
+    play(project)
+    cache = project / "out" / "cache"
+    cache.chmod(0o700)
+    again, calls, report = play(project)
+    assert again.returncode == 0 and changed_tasks(report) == ["A directory"] and calls == 1
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o750
+    cache.rmdir()
+    cache.write_text("a file where the directory belongs\n")
+    bad, _calls, _report = play(project)  # ansible.builtin.file refuses to replace it
+    assert bad.returncode != 0 and cache.is_file()
 
 
 def test_a_link_in_place_of_the_file_goes_to_the_builtin(project: Path) -> None:
@@ -157,6 +181,10 @@ def test_argument_checks() -> None:
     assert "exactly one of" in (check_args({"template": "a", "src": "b", "dest": "/x"}) or "")
     assert "exactly one of" in (check_args({"content": "a"}) or "")
     assert "octal string" in (check_args({"content": "a", "dest": "/x", "mode": "u=rw"}) or "")
+    assert check_args({"dest": "/x", "state": "directory", "mode": "0755"}) is None
+    assert "dest, owner, group and mode only" in (
+        check_args({"dest": "/x", "state": "directory", "content": "a"}) or "")
+    assert "file or directory" in (check_args({"dest": "/x", "state": "absent"}) or "")
 
 
 def test_unchanged_needs_bytes_type_owner_group_and_mode() -> None:
@@ -187,6 +215,14 @@ def test_probe_output_is_read_strictly(tmp_path: Path) -> None:
     for path in (link, tmp_path, tmp_path / "missing"):
         run = subprocess.run(["sh", "-c", probe_command(str(path))], capture_output=True,
                              text=True, check=False)
+        assert parse_probe(run.returncode, run.stdout) is None, path
+    run = subprocess.run(["sh", "-c", probe_command(str(tmp_path), directory=True)],
+                         capture_output=True, text=True, check=False)
+    found = parse_probe(run.returncode, run.stdout)
+    assert found is not None and found["isdir"] and found["checksum"] is None
+    for path in (target, tmp_path / "missing"):
+        run = subprocess.run(["sh", "-c", probe_command(str(path), directory=True)],
+                             capture_output=True, text=True, check=False)
         assert parse_probe(run.returncode, run.stdout) is None, path
     assert parse_probe(0, "root\nroot\n0\n0\n644\n") is None  # a line short
     assert parse_probe(0, "root\nroot\n0\n0\n644\nnot-a-sha1  -\n") is None
