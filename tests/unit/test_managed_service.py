@@ -99,11 +99,11 @@ def test_argument_checks_and_probe() -> None:
     good = {"name": "haproxy", "enabled": True, "state": "started"}
     assert check_args(good) is None
     assert check_args({**good, "no_block": True}) is None
-    assert "unsupported option(s) daemon_reload" in (check_args({**good, "daemon_reload": True})
-                                                    or "")
+    extra = check_args({**good, "daemon_reload": True}) or ""
+    assert "unsupported option(s) daemon_reload" in extra
     assert "not a systemd unit name" in (check_args({**good, "name": "a b; reboot"}) or "")
-    assert "enabled: true and state: started only" in (check_args({**good, "enabled": False})
-                                                        or "")
+    disabled = check_args({**good, "enabled": False}) or ""
+    assert "enabled: true and state: started only" in disabled
     assert probe_command("it's") == ("LC_ALL=C systemctl is-enabled -- 'it'\"'\"'s'; "
                                      "LC_ALL=C systemctl is-active -- 'it'\"'\"'s'")
     assert already_running("enabled\nactive\n")
