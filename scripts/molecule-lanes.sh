@@ -21,7 +21,7 @@
 # Usage: scripts/molecule-lanes.sh [--host-first COMMAND] [--host-last COMMAND] SCENARIO...
 #   --host-first COMMAND: run COMMAND (e.g. "make lint unit") at the head of the host lane;
 #   `make test` puts the lint, unit and sanity checks there, since the host lane has room
-#   beside the engine lane (on 2 cores, 2026-12-06: engine lane ~59 min, host lane ~8 min less).
+#   beside the engine lane (on 2 cores, 2026-12-06 late: both lanes ~51 min, CI 3271 s in all).
 #   --host-last COMMAND: run COMMAND at the end of the host lane, after the engine image is
 #   built (`make test` runs the KV oracle there, which runs inside that image, and the EE image).
 # Exit: 0 when every scenario (and COMMAND) passed, 1 otherwise (each failure is named).
