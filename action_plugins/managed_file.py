@@ -141,30 +141,33 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         args.pop("state", None)
         try:
             wanted = self.wanted_checksum(args, task_vars)
-            if wanted is not None:
-                probe = self._low_level_execute_command(probe_command(str(args["dest"])))
-                stat = parse_probe(probe.get("rc", 1), probe.get("stdout", ""))
-                if stat is not None and unchanged(stat, wanted, args):
-                    result.update(changed=False, dest=args["dest"], checksum=wanted,
-                                  owner=stat.get("pw_name"), group=stat.get("gr_name"),
-                                  mode=stat.get("mode"), state="file")
-                    return cast(dict[str, Any], result)
         except AnsibleError:
-            pass  # in any doubt the builtin decides, and reports its own errors
+            wanted = None  # in any doubt the builtin decides, and reports its own errors
+        stat = self.probe(str(args["dest"])) if wanted is not None else None
+        if stat is not None and unchanged(stat, str(wanted), args):
+            result.update(changed=False, dest=args["dest"], checksum=wanted,
+                          owner=stat["pw_name"], group=stat["gr_name"], mode=stat["mode"],
+                          state="file")
+            return cast(dict[str, Any], result)
         return cast(dict[str, Any], self.builtin(args).run(task_vars=task_vars))
+
+    def probe(self, dest: str, directory: bool = False) -> dict[str, Any] | None:
+        """DEST's stat result from probe_command on the held connection, or None where the
+        probe fails (the builtin then decides, and reports its own errors)."""
+        try:
+            found = self._low_level_execute_command(probe_command(dest, directory))
+        except AnsibleError:
+            return None
+        return parse_probe(found.get("rc", 1), found.get("stdout", ""))
 
     def directory(self, args: dict[str, Any], result: dict[str, Any],
                   task_vars: dict[str, Any]) -> dict[str, Any]:
         """A directory: unchanged where the probe finds it right, else ansible.builtin.file."""
-        try:
-            probe = self._low_level_execute_command(probe_command(str(args["dest"]), True))
-            stat = parse_probe(probe.get("rc", 1), probe.get("stdout", ""))
-            if stat is not None and stat["isdir"] and attributes_match(stat, args):
-                result.update(changed=False, path=args["dest"], owner=stat["pw_name"],
-                              group=stat["gr_name"], mode=stat["mode"], state="directory")
-                return result
-        except AnsibleError:
-            pass  # in any doubt the builtin decides, and reports its own errors
+        stat = self.probe(str(args["dest"]), directory=True)
+        if stat is not None and stat["isdir"] and attributes_match(stat, args):
+            result.update(changed=False, path=args["dest"], owner=stat["pw_name"],
+                          group=stat["gr_name"], mode=stat["mode"], state="directory")
+            return result
         module_args = {("path" if k == "dest" else k): v for k, v in args.items()}
         result.update(self._execute_module(module_name="ansible.builtin.file",
                                            module_args=module_args, task_vars=task_vars))

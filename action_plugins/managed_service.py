@@ -24,6 +24,7 @@ import shlex
 from typing import Any, cast
 
 from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 ACCEPTED = frozenset(("name", "enabled", "state", "no_block"))
@@ -39,8 +40,7 @@ def check_args(args: dict[str, Any]) -> str | None:
     if not UNIT_NAME.match(str(args.get("name", ""))):
         return (f"managed_service: name {args.get('name')!r} is not a systemd unit name. Fix: "
                 "a unit such as haproxy or nvidia-vram-collector.timer.")
-    enabled = str(args.get("enabled")).lower() in ("true", "yes", "1")
-    if not enabled or args.get("state") != "started":
+    if not boolean(args.get("enabled"), strict=False) or args.get("state") != "started":
         return ("managed_service: takes enabled: true and state: started only. Fix: use "
                 "ansible.builtin.systemd_service for any other state.")
     return None

@@ -232,6 +232,36 @@ def test_cpu_engine_variables_are_defined_once() -> None:
     assert not stale, f"OVERRIDES lists overrides that no longer exist: {stale}"
 
 
+# The options every CPU-engine plan shares with cpu_engine.yml's, whatever pool it plans: the
+# device, dtype (float16: vLLM's bfloat16 CPU attention dies on AMX CPUs), KV cache dtype,
+# block size and eager mode. The overrides in OVERRIDES replace vllm_plan_options whole.
+ENGINE_PLAN_KEYS = ("gpu", "tensor_parallel_size", "dtype", "kv_cache_dtype", "block_size",
+                    "enforce_eager")
+
+
+def _plans(node: Any) -> list[dict[str, Any]]:
+    """Every plan-options mapping of a parsed YAML document (vllm_plan_options, or the
+    _operations_plan that gateway.yml combines into it), at any depth."""
+    if isinstance(node, list):
+        return [p for v in node for p in _plans(v)]
+    if not isinstance(node, dict):
+        return []
+    own = [v for k, v in node.items()
+           if k in ("vllm_plan_options", "_operations_plan") and isinstance(v, dict)]
+    return own + [p for v in node.values() for p in _plans(v)]
+
+
+def test_cpu_plan_overrides_keep_the_engine_options() -> None:
+    base = yaml.safe_load(CPU_ENGINE.read_text())["vllm_plan_options"]
+    wanted = {k: base[k] for k in ENGINE_PLAN_KEYS}
+    files = sorted({rel for rel, var in OVERRIDES if var == "vllm_plan_options"})
+    for rel in files:
+        plans = _plans(yaml.load((ROOT / rel).read_text(), Loader=_AnsibleYaml))  # noqa: S506
+        assert plans, rel
+        for plan in plans:
+            assert {k: plan.get(k) for k in ENGINE_PLAN_KEYS} == wanted, (rel, plan)
+
+
 def _host_vars(scenario: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
     """Each host's variables as Ansible reads molecule's inventory of the scenario: the
     platforms in their groups, plus the scenario's inventory links."""
