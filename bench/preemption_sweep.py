@@ -43,10 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from vllm_planner import kv_plan  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan  # noqa: E402
 
 SWEEP = (2, 4, 8, 16, 32, 64)
 MODEL_CONFIG = ROOT / "bench/models/qwen2-compute-bound.json"

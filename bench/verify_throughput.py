@@ -28,15 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# The modules import their module_utils through the checkout as the collection.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / ".collections"))
-
 from ansible_collections.vllm_fleet.serving.plugins.module_utils.model_lock import (  # noqa: E402
     LockedFile,
 )
-
-from library.model_verify import (  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.modules.model_verify import (  # noqa: E402
     STAMP_VERSION,
     cpu_count,
     hash_many,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -69,40 +68,18 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-def _checkout_files(root: Path) -> list[str]:
-    out = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    return sorted({name for name in out.decode().split("\0") if name})
-
-
 def build_collection(root: Path, output: Path) -> Path:
-    """Build the collection from a staged copy of root into output/TARBALL; return its path."""
+    """Build the collection users install (scripts/build-collection.sh) as output/TARBALL."""
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ee-collection.") as tmp:
-        stage = Path(tmp) / "src"
-        for name in _checkout_files(root):
-            src = root / name
-            if not os.path.lexists(src) or (src.is_symlink() and not src.exists()):
-                continue  # deleted in the work tree, or a dangling link
-            dest = stage / name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_symlink():
-                dest.symlink_to(os.readlink(src))
-            else:
-                shutil.copy2(src, dest)
-        built = Path(tmp) / "built"
-        subprocess.run(
-            [_tool("ansible-galaxy"), "collection", "build", "--force",
-             "--output-path", str(built), str(stage)],
+        built = subprocess.run(
+            [str(root / "scripts/build-collection.sh"), tmp],
             check=True,
             capture_output=True,
-        )
-        (tarball,) = built.glob("*.tar.gz")
+            text=True,
+        ).stdout.strip()
         target = output / TARBALL
-        shutil.move(str(tarball), target)
+        shutil.move(built, target)
     return target
 
 

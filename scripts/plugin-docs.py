@@ -4,12 +4,13 @@
     scripts/plugin-docs.py COLLECTION_ROOT    # .../ansible_collections/<namespace>/<name>
 
 COLLECTION_ROOT is the collection's folder, the way Ansible finds it (its grandparent is an
-ansible_collections folder): the checkout's own collection path, or a tree that
-scripts/collection-tree.py built. ansible-doc lists the collection's modules and filters
-(a filter file that fails to load is reported, not skipped) and renders each as JSON; each
-must have DOCUMENTATION, EXAMPLES and RETURN, all non-empty. An action plugin is documented
-by the module of its name (plugins/modules/<name>.py). Exit 1 names each plugin that fails
-and what it lacks; exit 0 prints how many were checked.
+ansible_collections folder): the checkout's editable install (scripts/editable.sh), or the
+installed tarball (scripts/build-collection.sh, then ansible-galaxy collection install).
+ansible-doc lists the collection's modules and filters (a filter file that fails to load
+is reported, not skipped) and renders each as JSON; each must have DOCUMENTATION, EXAMPLES and
+RETURN, all non-empty. An action plugin is documented by the module of its name
+(plugins/modules/<name>.py). Exit 1 names each plugin that fails and what it lacks; exit 0
+prints how many were checked.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ def collection_fqcn(root: Path) -> str:
     """<namespace>.<name> of the collection at ROOT, from its galaxy.yml and its path."""
     if root.parent.parent.name != "ansible_collections":
         raise CheckError(f"{root}: not a collection path (.../ansible_collections/<namespace>/"
-                         "<name>). Fix: pass the checkout's collection path, or a tree from "
-                         "scripts/collection-tree.py")
-    galaxy = root / "galaxy.yml"
-    if not galaxy.is_file():
-        raise CheckError(f"{root}: no galaxy.yml")
-    data = yaml.safe_load(galaxy.read_text())
+                         "<name>). Fix: pass the checkout's .collections/ansible_collections/"
+                         "<namespace>/<name> (make dev), or an installed tarball")
+    galaxy, manifest = root / "galaxy.yml", root / "MANIFEST.json"  # a checkout; an install
+    if galaxy.is_file():
+        data = yaml.safe_load(galaxy.read_text())
+    elif manifest.is_file():
+        data = json.loads(manifest.read_text())["collection_info"]
+    else:
+        raise CheckError(f"{root}: neither galaxy.yml nor MANIFEST.json")
     fqcn = f"{data['namespace']}.{data['name']}"
     if fqcn != f"{root.parent.name}.{root.name}":
         raise CheckError(f"{root}: galaxy.yml names {fqcn}, the path "
@@ -58,9 +62,6 @@ def ansible_doc(root: Path, args: Sequence[str]) -> subprocess.CompletedProcess[
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     env.update(ANSIBLE_COLLECTIONS_PATH=str(root.parent.parent.parent),
                ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false", ANSIBLE_NOCOLOR="1")
-    # Plugins of the layout before the collection work import the checkout's top-level
-    # packages (vllm_planner, library) by sys.path; in a collection tree those sit at its root.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory() as cwd:  # no ansible.cfg of a project in the way
         return subprocess.run(["ansible-doc", *args], capture_output=True, text=True, env=env,
                               cwd=cwd, check=False)
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"plugin-docs: {len(problems)} problem(s). Fix: give each plugin named above "
               "DOCUMENTATION, EXAMPLES and RETURN (a filter: filter_plugins/<filter>.yml; an "
-              "action: library/<action>.py)", file=sys.stderr)
+              "action: plugins/modules/<action>.py)", file=sys.stderr)
         return 1
     print(f"plugin-docs: {checked} modules and filters render with ansible-doc")
     return 0

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# ansible-test sanity on the collection, with the ansible-core of one of the checkout's venvs:
+# ansible-test sanity on what users install, with the ansible-core of one of the checkout's venvs:
 #   scripts/sanity.sh .venv            # ansible-core 2.21 (make sanity)
 #   scripts/sanity.sh .venv-core2.20   # ansible-core 2.20 (make sanity-core2.20)
 #   scripts/sanity.sh .venv --test pep8 ...   # further arguments go to ansible-test sanity
-# ansible-test needs the collection at ansible_collections/<namespace>/<name>/ with its plugins
-# as files under plugins/: scripts/collection-tree.py builds that tree of the checkout outside
-# it (uncommitted work included), in ${TMPDIR:-/tmp}/vllm-fleet-sanity-<checkout hash>/<venv>/:
-# inside the checkout, ansible-test would take the checkout's git for the tree's and find no
-# files in it. Findings are fixed in the code; the few
-# that cannot be are in tests/sanity/ignore-<core>.txt, each with its reason.
+# The tarball (scripts/build-collection.sh, uncommitted work included) is installed with
+# ansible-galaxy into a scratch ansible_collections path,
+# ${TMPDIR:-/tmp}/vllm-fleet-sanity-<checkout hash>/<venv>/, and ansible-test runs there: it
+# wants the collection at ansible_collections/<namespace>/<name>/, with no links, and outside
+# the checkout's git. Findings are fixed in the code; the few that cannot be are in
+# tests/sanity/ignore-<core>.txt, each with its reason.
 #
 # ansible-test runs every test in a virtual environment of its own (--venv), kept under
 # HOME=.cache/ansible-test-home so that a second run reuses them. It puts pip into those
@@ -53,7 +53,13 @@ if [[ ! -f "${cache}" ]]; then
 fi
 
 scratch="${TMPDIR:-/tmp}/vllm-fleet-sanity-$(printf '%s' "${REPO_ROOT}" | sha256sum | cut -c1-12)"
-tree="$("${python}" "${REPO_ROOT}/scripts/collection-tree.py" "${scratch}/$(basename "${venv}")")"
+dest="${scratch}/$(basename "${venv}")"
+rm -rf "${dest}"
+tarball="$(PATH="${venv}/bin:${PATH}" "${REPO_ROOT}/scripts/build-collection.sh" "${dest}/build")"
+# --no-deps: the collections it depends on are not what is tested (and the index is offline).
+"${venv}/bin/ansible-galaxy" collection install --no-deps --force -p "${dest}" "${tarball}" >/dev/null
+tree="${dest}/ansible_collections/$(sed -n 's/^namespace: *//p' "${REPO_ROOT}/galaxy.yml")/$(sed -n 's/^name: *//p' "${REPO_ROOT}/galaxy.yml")"
+[[ -f "${tree}/MANIFEST.json" ]] || die "ansible-galaxy did not install ${tarball} into ${tree}"
 printf '[sanity] ansible-core %s, Python %s, in %s\n' "${core}" "${version}" "${tree}"
 cd "${tree}"
 start=${SECONDS}

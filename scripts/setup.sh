@@ -187,4 +187,6 @@ runtime="$(podman info --format '{{.Host.OCIRuntime.Name}}')" || die "podman inf
 python="$(find_python)"
 setup_venv "${VENV}" "${REQUIREMENTS}" "${python}"
 setup_venv "${VENV_CORE220}" "${REQUIREMENTS_CORE220}" "${python}"
+# The checkout as the collection in both venvs (no root needed; `make dev` runs it alone).
+"${REPO_ROOT}/scripts/editable.sh" "${VENV}" "${VENV_CORE220}"
 log "done in $((SECONDS - start)) s"

@@ -13,20 +13,19 @@ import atexit
 import copy
 import os
 import pickle
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import vllm_planner  # noqa: E402
-import vllm_planner.plan  # noqa: E402
-import vllm_planner.replicas  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils import vllm_planner
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    plan as planner_plan,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    replicas as planner_replicas,
+)
 
 CALLS: list[tuple[object, object]] = []
-_kv_plan = vllm_planner.plan.kv_plan
+_kv_plan = planner_plan.kv_plan
 
 
 def _recording(config: object, **opts: Any) -> dict[str, Any]:
@@ -35,7 +34,7 @@ def _recording(config: object, **opts: Any) -> dict[str, Any]:
 
 
 # Bound before the test modules import it (a -p plugin loads before collection).
-vllm_planner.plan.kv_plan = vllm_planner.kv_plan = vllm_planner.replicas.kv_plan = _recording
+planner_plan.kv_plan = vllm_planner.kv_plan = planner_replicas.kv_plan = _recording
 
 
 @atexit.register

@@ -30,10 +30,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from vllm_planner import HazardError, PlanError, kv_plan, plan_replicas, plan_table  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (  # noqa: E402
+    HazardError,
+    PlanError,
+    kv_plan,
+    plan_replicas,
+    plan_table,
+)
 
 DATA = ROOT / "tests" / "data" / "planner-golden"
 INPUTS = DATA / "inputs.json"

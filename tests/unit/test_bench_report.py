@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "filter_plugins"))
-
-from bench_report import (  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.bench_report import (  # noqa: E402
     bench_gate,
     bench_judge,
     bench_plateau,

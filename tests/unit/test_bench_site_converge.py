@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import site_converge  # noqa: E402
+site_converge = load_script("bench/site_converge.py", "site_converge")
 
 
 def inventory_vars() -> dict[str, Any]:

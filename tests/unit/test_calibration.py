@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from vllm_planner import kv_plan
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GIB = 1 << 30

@@ -1,7 +1,7 @@
 """The project's own filters and modules are called by their full names (vllm_fleet.serving.X).
 
-ansible.cfg no longer puts filter_plugins/ or library/ on Ansible's plugin paths: a short name
-(`| kv_plan`, `model_verify:`) would fail at run time, and in an installed copy of the
+ansible.cfg no longer puts filter_plugins/ or plugins/modules/ on Ansible's plugin paths: a
+short name (`| kv_plan`, `model_verify:`) would fail at run time, and in an installed copy of the
 collection it would never resolve. This scans every task file, template, playbook and role
 variable file and names each short use as file:line.
 """
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "vllm_fleet.serving."
 FILTERS = sorted(p.stem for p in (ROOT / "filter_plugins").glob("*.yml"))
-MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
+MODULES = sorted(p.stem for p in (ROOT / "plugins/modules").glob("*.py"))
 SCANNED = ("roles", "playbooks", "molecule")
 SUFFIXES = (".yml", ".yaml", ".j2")
 

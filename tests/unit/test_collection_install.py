@@ -1,8 +1,9 @@
 """The checkout builds as the collection vllm_fleet.serving, and the installed copy works alone.
 
-ansible-galaxy builds the tarball and installs it (offline, no dependencies) into a scratch
-collections path; then, from a scratch working directory with an empty ansible.cfg and only
-that path in view (no roles path, no sys.path scan), the installed copy:
+scripts/build-collection.sh builds the tarball, ansible-galaxy installs it (offline, no
+dependencies) into a scratch collections path; then, from a scratch working directory with
+an empty ansible.cfg and only that path in view (no roles path, no sys.path scan), the
+installed copy:
   - runs its playbook vllm_fleet.serving.plan (plan.yml, and in it the role vllm_plan with the
     kv_plan, model_config and port_plan filters) against its own copy of inventories/local;
   - runs the module deploy_manifest (its module_utils.hashing import included) on localhost;
@@ -60,8 +61,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     """(installed collection root, scratch cwd, environment) of a fresh build and install."""
     tmp = tmp_path_factory.mktemp("collection")
     galaxy = _tool("ansible-galaxy")
-    built = _run([galaxy, "collection", "build", "--output-path", str(tmp / "dist"), str(ROOT)],
-                 cwd=ROOT)
+    built = _run([str(ROOT / "scripts/build-collection.sh"), str(tmp / "dist")], cwd=ROOT,
+                 env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
     assert built.returncode == 0, built.stdout + built.stderr
     tarballs = list((tmp / "dist").glob("vllm_fleet-serving-*.tar.gz"))
     assert len(tarballs) == 1, tarballs
@@ -79,7 +80,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     yield root, cwd, env
 
 
-def test_the_tarball_leaves_out_the_checkouts_self_link(
+def test_the_tarball_leaves_out_the_editable_install(
         installed: Installed) -> None:
     root = installed[0]
     assert not (root / ".collections").exists()

@@ -5,18 +5,19 @@ variables, and no template re-derives ports from the planner's inputs."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # PlanError as the filter raises it (the planner imported through the collection).
-from kv_plan import PlanError, engine_replicas, vllm_metric_selectors  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.kv_plan import (  # noqa: E402
+    PlanError,
+    engine_replicas,
+    vllm_metric_selectors,
+)
 from test_prometheus_rules import PROMTOOL, render  # noqa: E402
 
 PLANNED = [{"index": 0, "name": "vllm-0", "port": 8100, "plan": {"ok": True}},

@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    HazardError,
+    PlanError,
+    kv_plan,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.stack import (
+    DEFAULT_NVIDIA_REPO_DRIVER,
+    engine_stack,
+)
 from test_plan_playbook import run_plan
-
-from vllm_planner import HazardError, PlanError, kv_plan
-from vllm_planner.stack import DEFAULT_NVIDIA_REPO_DRIVER, engine_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "example"
@@ -115,6 +121,6 @@ def test_driver_facts_equal_the_driver_roles() -> None:
     assert spec and spec.loader
     role = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(role)
-    from vllm_planner import stack
+    from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import stack
     assert stack.DEBIAN_DRIVER_VERSIONS == role.DEBIAN_DRIVER_VERSIONS
     assert stack.DEFAULT_NVIDIA_REPO_DRIVER == role.NVIDIA_REPO_DEFAULT_VERSION

@@ -12,9 +12,8 @@ from typing import Any
 
 import yaml
 from _scripts import ansible_env
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.fleet import memoised
 from test_plan_playbook import NOTES_TEMPLATE, PLAYBOOK, ROOT
-
-from vllm_planner.fleet import memoised
 
 CONFIG = ROOT / "inventories/example/models/Qwen2.5-72B-Instruct/config.json"
 

@@ -1,4 +1,7 @@
-"""library/gpu_facts.py: sysfs fixture trees and nvidia-smi outputs (tests/data/gpu/README.md)."""
+"""plugins/modules/gpu_facts.py: sysfs fixture trees and nvidia-smi outputs.
+
+The fixtures are described in tests/data/gpu/README.md.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from library import gpu_facts as gf
+from ansible_collections.vllm_fleet.serving.plugins.modules import gpu_facts as gf
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "gpu"
@@ -105,7 +107,9 @@ def test_unknown_nvidia_gpu_is_reported_not_guessed() -> None:
 
 
 def test_model_names_match_the_planner_catalog() -> None:
-    from vllm_planner.gpus import CATALOG
+    from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.gpus import (
+        CATALOG,
+    )
 
     assert {m.model for m in gf.GPU_MODELS.values()} <= set(CATALOG)
 

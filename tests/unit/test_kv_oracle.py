@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan
 from test_planner_hybrid import _cfg
-
-from vllm_planner import kv_plan
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ORACLE = Path(__file__).resolve().parents[1] / "oracle" / "kv_oracle.py"

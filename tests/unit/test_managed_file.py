@@ -1,4 +1,4 @@
-"""action_plugins/managed_file.py with the real ansible-playbook on this machine (connection
+"""plugins/action/managed_file.py with the real ansible-playbook on this machine (connection
 local, a scratch directory): it writes through ansible.builtin.template/copy, answers
 "unchanged" with one shell command and no module call, and hands every difference back to the
 builtin."""
@@ -17,8 +17,7 @@ from _scripts import ansible_env
 from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "action_plugins"))
-from managed_file import (  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.action.managed_file import (  # noqa: E402
     attributes_match,
     check_args,
     parse_probe,
@@ -80,7 +79,7 @@ def project(tmp_path: Path) -> Path:
 def play(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, dict[str, Any]]:
     (project / "calls").unlink(missing_ok=True)
     env = ansible_env(False, ANSIBLE_ROLES_PATH=str(project / "roles"),
-                      ANSIBLE_ACTION_PLUGINS=str(ROOT / "action_plugins"),
+                      ANSIBLE_ACTION_PLUGINS=str(ROOT / "plugins/action"),
                       ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
                       ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     proc = subprocess.run(

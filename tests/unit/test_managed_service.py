@@ -1,4 +1,4 @@
-"""action_plugins/managed_service.py with the real ansible-playbook on this machine
+"""plugins/action/managed_service.py with the real ansible-playbook on this machine
 (connection local) and a stand-in systemctl first on PATH: an enabled, active unit is
 answered "unchanged" from one shell command with no module call; any other state goes to
 ansible.builtin.systemd_service; arguments it does not take are refused with the fix."""
@@ -17,8 +17,11 @@ from _scripts import ansible_env
 from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "action_plugins"))
-from managed_service import already_running, check_args, probe_command  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.action.managed_service import (  # noqa: E402
+    already_running,
+    check_args,
+    probe_command,
+)
 
 PLAY = """
 - hosts: localhost
@@ -56,7 +59,7 @@ def fake_systemctl(project: Path, enabled: str, active: str) -> None:
 
 def play(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, dict[str, Any]]:
     (project / "calls").unlink(missing_ok=True)
-    env = ansible_env(False, ANSIBLE_ACTION_PLUGINS=str(ROOT / "action_plugins"),
+    env = ansible_env(False, ANSIBLE_ACTION_PLUGINS=str(ROOT / "plugins/action"),
                       ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
                       ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     env["PATH"] = f"{project / 'bin'}:{env.get('PATH', os.environ['PATH'])}"

@@ -1,6 +1,6 @@
 """roles/model_artifacts/files/vllm-model-check.py, the engine's ExecStartPre: a live revision
 laid out as model_artifacts leaves it (<root>/<commit>, current, .locks, .stamps written by
-library/model_verify.py), checked with the stamps and without; every kind of damage refused
+plugins/modules/model_verify.py), checked with the stamps and without; every kind of damage refused
 with the file, the digest found, the locked digest and the fix."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from _scripts import ROOT, load_script
-
-from library import model_verify
+from ansible_collections.vllm_fleet.serving.plugins.modules import model_verify
 
 SCRIPT = ROOT / "roles/model_artifacts/files/vllm-model-check.py"
 check = load_script("roles/model_artifacts/files/vllm-model-check.py", "vllm_model_check")

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-
-from filter_plugins.model_config import FilterModule, model_config
+from ansible_collections.vllm_fleet.serving.plugins.filter.model_config import (
+    FilterModule,
+    model_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "inventories" / "local" / "models"

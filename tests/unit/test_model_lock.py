@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
-
-from library.model_lock import (
+from ansible_collections.vllm_fleet.serving.plugins.modules.model_lock import (
     LockError,
     build_lock,
     config_problem,

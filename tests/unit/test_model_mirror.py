@@ -20,15 +20,19 @@ from typing import Any
 
 import pytest
 from _scripts import ansible_env
-
-from library.model_fetch import clean_incomplete, missing_files
-from library.model_verify import verify_dir
+from ansible_collections.vllm_fleet.serving.plugins.modules.model_fetch import (
+    clean_incomplete,
+    missing_files,
+)
+from ansible_collections.vllm_fleet.serving.plugins.modules.model_verify import verify_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKE_MIRROR = ROOT / "tests" / "data" / "model_artifacts" / "make_mirror.py"
 SLOW_PROXY = ROOT / "molecule" / "model_artifacts" / "files" / "slow_proxy.py"
 
 pytest.importorskip("olah", reason="olah (requirements-dev.txt) serves the test mirror")
+
+MODULES = "ansible_collections.vllm_fleet.serving.plugins.modules"
 
 
 def free_port() -> int:
@@ -101,9 +105,6 @@ def hub(code: str, endpoint: str, **env: str) -> Any:
         timeout=120,
         env={
             **os.environ,
-            # The modules import their module_utils through the checkout as the collection.
-            "PYTHONPATH": os.pathsep.join([str(ROOT / ".collections"),
-                                           os.environ.get("PYTHONPATH", "")]),
             "HF_ENDPOINT": endpoint,
             "HF_HUB_DISABLE_XET": "1",
             "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -118,7 +119,8 @@ def hub(code: str, endpoint: str, **env: str) -> Any:
 
 def resolve(mirror: dict[str, Any], revision: str) -> dict[str, Any]:
     code = (
-        "import json; from library.model_lock import resolve_lock;"
+        f"import json; from {MODULES} import model_lock;"
+        "resolve_lock = model_lock.resolve_lock;"
         f"lock = resolve_lock('fixture-org/tiny-qwen2', {revision!r}, ['*.json', '*.safetensors']);"
         "print(json.dumps(lock))"
     )
@@ -138,7 +140,8 @@ def fetch(
         "progress_file": str(dest) + ".progress",
     }
     code = (
-        "import json; from pathlib import Path; from library.model_fetch import download;"
+        f"import json; from pathlib import Path; from {MODULES} import model_fetch;"
+        "download = model_fetch.download;"
         f"p = json.loads({json.dumps(json.dumps(params))});"
         f"f = json.loads({json.dumps(json.dumps(lock['files']))});"
         "Path(p['dest']).mkdir(parents=True, exist_ok=True);"

@@ -8,8 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from library.model_verify import (
+from ansible_collections.vllm_fleet.serving.plugins.modules.model_verify import (
     LockedFile,
     VerifyError,
     bytes_missing,

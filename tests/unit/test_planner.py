@@ -6,9 +6,14 @@ from typing import Any
 
 import pytest
 from _models import QWEN25_72B, QWEN25_72B_TOTAL_SIZE, WORKLOAD
-
-from vllm_planner import HAZARDS, HazardError, PlanError, kv_plan, plan_table
-from vllm_planner.gpus import CATALOG
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    HAZARDS,
+    HazardError,
+    PlanError,
+    kv_plan,
+    plan_table,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.gpus import CATALOG
 
 GIB = 1 << 30
 

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 from _models import QWEN25_72B, WORKLOAD
-
-from vllm_planner import PlanError, kv_plan
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    PlanError,
+    kv_plan,
+)
 
 # The notes' config.json, verbatim: "torch_dtype":"bfloat16, is an unterminated string.
 NOTES_CONFIG = (

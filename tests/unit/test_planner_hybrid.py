@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from vllm_planner import PlanError, kv_plan, plan_table
-from vllm_planner.model import FULL, LINEAR, SLIDING, parse_geometry
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    PlanError,
+    kv_plan,
+    plan_table,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.model import (
+    FULL,
+    LINEAR,
+    SLIDING,
+    parse_geometry,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GIB = 1 << 30

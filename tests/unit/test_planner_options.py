@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 from _models import QWEN25_72B, WORKLOAD
-from planner_golden import BASE, OPTION_ERRORS, SIZED, error_case
-
-from vllm_planner import HazardError, PlanError, kv_plan
-from vllm_planner.model import load_config, parse_geometry
-from vllm_planner.options import (
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    HazardError,
+    PlanError,
+    kv_plan,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.model import (
+    load_config,
+    parse_geometry,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.options import (
     OPTIONS,
     Driver,
     PlanOptions,
@@ -22,7 +27,12 @@ from vllm_planner.options import (
     check_names,
     parse_options,
 )
-from vllm_planner.plan import Hazard, Plan, build_plan
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.plan import (
+    Hazard,
+    Plan,
+    build_plan,
+)
+from planner_golden import BASE, OPTION_ERRORS, SIZED, error_case
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = {name: (ref, opts, field) for name, ref, opts, field in OPTION_ERRORS}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    PlanError,
+    kv_plan,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from vllm_planner import PlanError, kv_plan
 
 geometries = st.builds(
     lambda layers, kv, ratio, head_dim, vocab, inter: {

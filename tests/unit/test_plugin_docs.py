@@ -1,6 +1,6 @@
 """scripts/plugin-docs.py (make lint): every module, filter and action plugin renders with the
-real ansible-doc, all three of DOCUMENTATION, EXAMPLES and RETURN; scripts/collection-tree.py
-builds the collection tree it reads (and ansible-test sanity runs in)."""
+real ansible-doc, all three of DOCUMENTATION, EXAMPLES and RETURN, in the tarball users install
+(scripts/build-collection.sh, which ansible-test sanity runs on too)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,33 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+from _scripts import ROOT, load_script
 
-from tests.unit._scripts import ROOT, load_script
-
-tree_script = load_script("scripts/collection-tree.py", "collection_tree")
 docs_script = load_script("scripts/plugin-docs.py", "plugin_docs")
 
-MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
-ACTIONS = sorted(p.stem for p in (ROOT / "action_plugins").glob("*.py"))
+MODULES = sorted(p.stem for p in (ROOT / "plugins/modules").glob("*.py"))
+ACTIONS = sorted(p.stem for p in (ROOT / "plugins/action").glob("*.py"))
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    built: Path = tree_script.build(ROOT, tmp_path_factory.mktemp("coll"))
-    return built
+def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = subprocess.run([str(ROOT / "scripts/build-collection.sh"),
+                          str(tmp_path_factory.mktemp("build"))],
+                         capture_output=True, text=True, check=True).stdout
+    return Path(out.strip())
+
+
+@pytest.fixture(scope="module")
+def tree(tarball: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tarball as users get it: installed by ansible-galaxy into a scratch path."""
+    dest = tmp_path_factory.mktemp("coll")
+    subprocess.run(["ansible-galaxy", "collection", "install", "--no-deps", "--force",
+                    "-p", str(dest), str(tarball)], capture_output=True, text=True, check=True)
+    return dest / "ansible_collections" / "vllm_fleet" / "serving"
 
 
 def run_check(root: Path) -> subprocess.CompletedProcess[str]:
@@ -42,8 +52,9 @@ def test_tree_is_a_collection_with_every_plugin(tree: Path) -> None:
     # No plugins inside roles: each lives once, in the collection's plugins/ (issue 23).
     assert not [p for kind in ("filter_plugins", "library", "action_plugins", "module_utils")
                 for p in ROOT.glob(f"roles/*/{kind}/*.py")]
-    # real files: ansible-test does not read through symlinks
+    # real files: ansible-test does not read through symlinks; the filters once, as plugins
     assert not any(p.is_symlink() for p in tree.rglob("*"))
+    assert not (tree / "filter_plugins").exists()
 
 
 def test_every_plugin_renders(tree: Path) -> None:
@@ -85,21 +96,22 @@ def test_a_path_that_is_no_collection_is_refused(tmp_path: Path) -> None:
     assert "not a collection path" in result.stderr
 
 
-def test_the_tree_follows_plugins_links_once(tmp_path: Path) -> None:
-    """A checkout with plugins/<kind> -> ../<folder> (the collection layout) gets real files
-    under plugins/ and no second copy of the folder; a link back to the checkout is left out."""
-    checkout = tmp_path / "checkout"
-    (checkout / "library").mkdir(parents=True)
-    (checkout / "library/mod.py").write_text("# a module\n")
-    (checkout / "plugins").mkdir()
-    (checkout / "plugins/modules").symlink_to("../library")
-    (checkout / ".collections/ansible_collections/ns").mkdir(parents=True)
-    (checkout / ".collections/ansible_collections/ns/name").symlink_to("../../..")
-    (checkout / "galaxy.yml").write_text("namespace: ns\nname: name\n")
-    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
-    subprocess.run(["git", "-C", str(checkout), "add", "-A"], check=True)
-    built = tree_script.build(checkout, tmp_path / "out")
-    assert (built / "plugins/modules/mod.py").read_text() == "# a module\n"
-    assert not (built / "plugins/modules").is_symlink()
-    assert not (built / "library").exists()
-    assert not (built / ".collections/ansible_collections/ns/name").exists()
+def test_the_tarball_holds_no_link(tarball: Path) -> None:
+    with tarfile.open(tarball) as archive:
+        members = archive.getmembers()
+    assert [m.name for m in members if m.issym() or m.islnk()] == []
+    names = {m.name for m in members}
+    assert "plugins/filter/kv_plan.py" in names and "plugins/modules/gpu_facts.py" in names
+    assert not [n for n in names if n.startswith(("filter_plugins/", "molecule/"))]
+
+
+def test_the_checkout_links_into_plugins_once() -> None:
+    """One home per file: plugins/filter -> ../filter_plugins is the checkout's only link
+    into plugins/, and no tracked link points back at the checkout."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-s"], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    links = [line.split("\t", 1)[1] for line in tracked if line.startswith("120000")]
+    assert [p for p in links if p.startswith("plugins/")] == ["plugins/filter"]
+    for link in links:
+        target = ((ROOT / link).parent / (ROOT / link).readlink()).resolve()
+        assert not ROOT.is_relative_to(target), f"{link} points back at the checkout"

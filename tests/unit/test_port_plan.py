@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
-sys.path.insert(0, str(ROOT / "filter_plugins"))
 
-from port_plan import (  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.port_plan import (  # noqa: E402
     IGNORED,
     PORT_VARIABLES,
     PortPlanError,

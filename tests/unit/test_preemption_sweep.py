@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _scripts import load_script
 
-from bench import preemption_sweep as sweep
+sweep = load_script("bench/preemption_sweep.py", "preemption_sweep")
 
 
 def run(seqs: int, tput: float, p95: float, preemptions: int = 0) -> sweep.Run:

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 from _scripts import ansible_env
-
-from vllm_planner import metric_names, parse_version
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    metric_names,
+    parse_version,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = ROOT / "tests" / "promtool"

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
 
-from rebuild_report import manifest_diff  # noqa: E402
-
-from library.deploy_manifest import build_manifest  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.rebuild_report import manifest_diff  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.modules.deploy_manifest import build_manifest  # noqa: E402
 
 
 def deployed(root: Path) -> Path:

@@ -19,10 +19,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
 
 from _scripts import ansible_env, load_script  # noqa: E402
-from restart_schedule import restart_slot  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.restart_schedule import restart_slot  # noqa: E402
 
 vllm_restart = load_script("roles/vllm_server/files/vllm_restart.py", "vllm_restart")
 

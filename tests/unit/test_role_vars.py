@@ -12,9 +12,13 @@ import yaml
 from _scripts import ansible_env
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
 
-from role_vars import RoleDefaultError, known_role_vars, role_default, unknown_role_vars  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.role_vars import (  # noqa: E402
+    RoleDefaultError,
+    known_role_vars,
+    role_default,
+    unknown_role_vars,
+)
 
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir())

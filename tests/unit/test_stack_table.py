@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 from _scripts import ROOT, load_script
-
-from vllm_planner import stack_table as table
-from vllm_planner.errors import PlanError
-from vllm_planner.gpus import CATALOG
-from vllm_planner.stack import (
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    stack_table as table,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.errors import (
+    PlanError,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.gpus import CATALOG
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.stack import (
     DEFAULT_NVIDIA_REPO_DRIVER,
     EngineStack,
     engine_stack,
@@ -23,11 +26,16 @@ from vllm_planner.stack import (
     parse_driver_version,
     stack_problem,
 )
-from vllm_planner.versions import NEWEST_KNOWN, OLDEST_SUPPORTED, PINNED_VERSION, parse_version
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.versions import (
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    PINNED_VERSION,
+    parse_version,
+)
 
 DATA = ROOT / "tests" / "data" / "stack"
 gen: ModuleType = load_script("scripts/vllm_stack_table.py", "vllm_stack_table")
-gpu_facts: ModuleType = load_script("library/gpu_facts.py", "gpu_facts_for_stack_table")
+gpu_facts: ModuleType = load_script("plugins/modules/gpu_facts.py", "gpu_facts_for_stack_table")
 
 LINUX = gen.marker_env("3.11")
 DEBIAN12_DRIVER = "535.261.03"
@@ -253,7 +261,7 @@ def test_cuda_minimum_drivers_are_nvidias() -> None:
 
 
 def test_gpu_rows_equal_gpu_facts() -> None:
-    """GPU -> minimum branch matches library/gpu_facts.py for every planner name it knows."""
+    """GPU -> minimum branch matches plugins/modules/gpu_facts.py for every name it knows."""
     facts: dict[str, int] = {}
     for model in gpu_facts.GPU_MODELS.values():
         facts[model.model] = min(model.min_branch, facts.get(model.model, model.min_branch))

@@ -30,7 +30,7 @@ OLDEST = (3, 9)
 NEWEST_KNOWN = (3, 13)
 # The modules that run on the managed host. A file without AnsibleModule only documents an
 # action plugin that runs on the control node (managed_file, plan_fleet).
-MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py")
+MODULES = sorted(p.stem for p in (ROOT / "plugins/modules").glob("*.py")
                  if "AnsibleModule" in p.read_text())
 
 

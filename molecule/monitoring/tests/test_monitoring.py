@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 import testinfra
-
-_MOLECULE = str(Path(__file__).resolve().parents[2])  # the in-host HTTP helper
-if _MOLECULE not in sys.path:
-    sys.path.insert(0, _MOLECULE)
-
 from host_http import request_in_host  # noqa: E402
 
 # The peer container is only a vantage point on the test network (see its tests below).

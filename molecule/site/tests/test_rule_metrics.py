@@ -10,20 +10,18 @@ _total series)."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import yaml
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
-for _path in (ROOT, ROOT / "molecule"):  # the planner; the in-host HTTP helper
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (  # noqa: E402
+    metric_names,
+    parse_version,
+)
 from host_http import request_in_host  # noqa: E402
-
-from vllm_planner import metric_names, parse_version  # noqa: E402
 
 LOCAL = ROOT / "inventories/local"
 # The engine group's variables, every file of the directory (as Ansible reads them: in name

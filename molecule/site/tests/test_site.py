@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,9 @@ import yaml
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
-for _path in (ROOT, ROOT / "molecule"):  # the planner; the in-host HTTP helper
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan  # noqa: E402
 from host_http import request_in_host  # noqa: E402
-
-from vllm_planner import kv_plan  # noqa: E402
 
 LOCAL = ROOT / "inventories/local"
 LOCK = yaml.safe_load((LOCAL / "models/tiny-qwen2.lock.yml").read_text())

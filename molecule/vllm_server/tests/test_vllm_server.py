@@ -16,13 +16,9 @@ import yaml
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
-for _path in (ROOT, ROOT / "molecule"):  # the planner; the in-host HTTP helper
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan  # noqa: E402
 from host_http import request_in_host  # noqa: E402
-
-from vllm_planner import kv_plan  # noqa: E402
 
 UNIT = "vllm-0"
 PORT = 8000

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 BUF = 1 << 20
-STAMP_VERSION = 1  # library/model_verify.py's stamp format (a unit test holds them equal)
+STAMP_VERSION = 1  # plugins/modules/model_verify.py's stamp format (a unit test holds them equal)
 LOCK_VERSION = 1
 
 
@@ -44,7 +44,7 @@ def fix_command(host: str) -> str:
 
 
 def stamp_key(st: os.stat_result) -> list[int]:
-    """Equal to library/model_verify.py's stamp_key."""
+    """Equal to plugins/modules/model_verify.py's stamp_key."""
     return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev, st.st_ctime_ns]
 
 
