@@ -53,7 +53,7 @@ def _table_version(release: str) -> Version | None:
     try:
         return parse_version(release)
     except PlanError:
-        return None  # e.g. 0.10.1.1: in the table, but not a version the planner accepts
+        return None  # a row the planner refuses (none today: the table lists final releases)
 
 
 def _newest_row_version() -> Version:
