@@ -67,14 +67,6 @@ PORT_VARIABLES: dict[str, str] = {
 
 # Port and address variables that bind nothing on the host they are set for, and why.
 IGNORED: dict[str, str] = {
-    # Deprecated one-for-all aliases ("" by default): Prometheus scrapes each engine host on
-    # that host's own engine_gateway_metrics_port, gpu_metrics_*_port (listed above).
-    "prometheus_server_engine_metrics_port":
-        "deprecated alias: where Prometheus scrapes the engines (engine_gateway_metrics_port)",
-    "prometheus_server_node_exporter_port":
-        "deprecated alias: where Prometheus scrapes node exporter (gpu_metrics_node_exporter_port)",
-    "prometheus_server_dcgm_exporter_port":
-        "deprecated alias: where Prometheus scrapes DCGM exporter (gpu_metrics_dcgm_exporter_port)",
     "host_firewall_ssh_port":
         "the port sshd already listens on, for the allowlist; no role binds it",
 }

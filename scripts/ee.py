@@ -9,8 +9,9 @@
 copy of requirements.txt and bindep.txt byte for byte, the galaxy requirements naming the
 collection tarball, the tarball itself (galaxy.yml's namespace, name and version, with
 meta/execution-environment.yml and the files it names), and a Containerfile whose base image,
-Python, package manager and ansible-core/ansible-runner pins are execution-environment.yml's,
-with the ansible-core pin the one requirements.txt has.
+Python, package manager, galaxy options (--no-deps: the collection's dependencies come from the
+pinned `ansible` bundle of requirements.txt, not from Galaxy) and ansible-core/ansible-runner
+pins are execution-environment.yml's, with the ansible-core pin the one requirements.txt has.
 
 The collection is built from a copy of the checkout's files (git's tracked and untracked,
 not ignored) without dangling symbolic links (the sysfs fixtures under tests/data have some:
@@ -42,7 +43,7 @@ COLLECTION_MEMBERS = (
     "MANIFEST.json",
     "meta/execution-environment.yml",
     "meta/runtime.yml",
-    "requirements.txt",
+    "meta/ee-requirements.txt",
     "bindep.txt",
     "playbooks/plan.yml",
 )
@@ -124,6 +125,8 @@ def check_context(ee_file: Path, context: Path) -> list[str]:
         "EE_BASE_IMAGE": ee.get("images", {}).get("base_image", {}).get("name"),
         "PYCMD": deps.get("python_interpreter", {}).get("python_path"),
         "PKGMGR": ee.get("options", {}).get("package_manager_path"),
+        "ANSIBLE_GALAXY_CLI_COLLECTION_OPTS":
+            ee.get("build_arg_defaults", {}).get("ANSIBLE_GALAXY_CLI_COLLECTION_OPTS"),
     }
     for arg, want in expected_args.items():
         got = _arg(containerfile, arg)
@@ -165,6 +168,13 @@ def check_tarball(tarball: Path, galaxy_yml: Path) -> list[str]:
     with tarfile.open(tarball) as tar:
         members = set(tar.getnames())
         problems = [f"{tarball.name}: lacks {m}" for m in COLLECTION_MEMBERS if m not in members]
+        if "meta/execution-environment.yml" in members:
+            handle = tar.extractfile("meta/execution-environment.yml")
+            assert handle is not None
+            named = (yaml.safe_load(handle) or {}).get("dependencies", {})
+            problems += [f"{tarball.name}: lacks {f}, which its meta/execution-environment.yml "
+                         f"names (dependencies.{key})"
+                         for key, f in named.items() if f not in members]
         if "MANIFEST.json" in members:
             handle = tar.extractfile("MANIFEST.json")
             assert handle is not None

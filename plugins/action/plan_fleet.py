@@ -49,18 +49,15 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.fl
 EXTRA_INPUTS = {
     "inventory_dir": "inventory_dir | default('')",
     # The engine's release: vllm_server_version (the one pin; its role's default where the
-    # inventory sets none). vllm_plan_options.vllm_version is a deprecated alias that wins.
-    "vllm_version": "vllm_plan_options.vllm_version | default('')"
-                    " | vllm_fleet.serving.deprecated_alias('vllm_plan_options.vllm_version',"
-                    " 'vllm_server_version')"
-                    " or vllm_server_version"
+    # inventory sets none).
+    "vllm_version": "vllm_server_version"
                     " | default('vllm_server_version' | vllm_fleet.serving.role_default)",
     # Debian's driver depends on the release: known where facts were gathered before.
     "release": "ansible_facts.distribution_release | default('')",
 }
 
 # The variables EXTRA_INPUTS read, but ansible_facts: its distribution_release stands for it.
-EXTRA_ROOTS = ("inventory_dir", "vllm_plan_options", "vllm_server_version")
+EXTRA_ROOTS = ("inventory_dir", "vllm_server_version")
 
 # A template that reads more than the variables it names (another host's, the set of names,
 # a lookup's world) is evaluated for every host, never reused.
@@ -147,6 +144,11 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
         config = read["text"]
     served = inputs["vllm_plan_served_model_name"]
     options = dict(inputs["vllm_plan_options"] or {})
+    if "vllm_version" in options:
+        raise PlanError("vllm_plan_options.vllm_version",
+                        "is not a vllm_plan option: the plan is for vllm_server_version, the "
+                        "release the engine installs",
+                        f"remove it and set vllm_server_version: {options['vllm_version']!s}")
     options.update({
         "model": inputs["vllm_plan_model"],
         # Empty: the engine serves the model under its path.

@@ -65,7 +65,7 @@ def test_pins_refuses_an_unpinned_line(tmp_path: Path) -> None:
 
 def test_collection_ee_metadata_names_the_files() -> None:
     meta = yaml.safe_load((ROOT / "meta/execution-environment.yml").read_text())
-    assert meta["dependencies"] == {"python": "requirements.txt", "system": "bindep.txt"}
+    assert meta["dependencies"] == {"python": "meta/ee-requirements.txt", "system": "bindep.txt"}
     assert all((ROOT / f).is_file() for f in meta["dependencies"].values())
 
 
@@ -93,6 +93,7 @@ def test_ee_context_is_complete(context: Path) -> None:
     containerfile = (context / "Containerfile").read_text()
     assert 'ARG PYCMD="/usr/local/bin/python3"' in containerfile
     assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core==2.21.5 ansible-runner==' in containerfile
+    assert 'ARG ANSIBLE_GALAXY_CLI_COLLECTION_OPTS="--no-deps"' in containerfile
     assert ee.check_context(ROOT / "execution-environment.yml", context) == []
 
 
@@ -105,13 +106,17 @@ def test_ee_check_catches_drift(context: Path, tmp_path: Path) -> None:
     containerfile.write_text(
         containerfile.read_text()
         .replace('ARG PYCMD="/usr/local/bin/python3"', 'ARG PYCMD="/usr/bin/python3.11"')
-        .replace("ansible-core==2.21.5", "ansible-core==2.20.0"))
+        .replace("ansible-core==2.21.5", "ansible-core==2.20.0")
+        .replace('ARG ANSIBLE_GALAXY_CLI_COLLECTION_OPTS="--no-deps"',
+                 'ARG ANSIBLE_GALAXY_CLI_COLLECTION_OPTS=""'))
     (drifted / "_build/collection" / ee.TARBALL).unlink()
     problems = "\n".join(ee.check_context(ROOT / "execution-environment.yml", drifted))
     assert "requirements.txt: differs from" in problems
     assert "bindep.txt: missing" in problems
     assert "ARG PYCMD is '/usr/bin/python3.11'" in problems
     assert "lacks ansible-core==2.21.5" in problems
+    assert "ARG ANSIBLE_GALAXY_CLI_COLLECTION_OPTS is '', execution-environment.yml says " \
+        "'--no-deps'" in problems
     assert f"{ee.TARBALL}: missing" in problems
     (drifted / "Containerfile").unlink()
     assert "missing" in ee.check_context(ROOT / "execution-environment.yml", drifted)[0]

@@ -211,21 +211,6 @@ def test_each_host_is_scraped_on_its_own_exporter_ports(tmp_path: Path) -> None:
     assert "DEPRECATED" not in (out / "stdout").read_text().upper()
 
 
-def test_the_old_one_for_all_variables_still_work_with_a_warning(tmp_path: Path) -> None:
-    out = render(tmp_path, None, ROOT / "inventories" / "example",
-                 extra={"prometheus_server_node_exporter_port": 9111,
-                        "prometheus_server_vllm_version": "0.6.2"})
-    config = yaml.safe_load((out / "prometheus.yml").read_text())
-    node = {t for job in config["scrape_configs"] if job["job_name"] == "node"
-            for sc in job["static_configs"] for t in sc["targets"]}
-    assert node and all(t.endswith(":9111") for t in node)
-    assert "Rules for vLLM 0.6.2 " in (out / "vllm.yml").read_text()
-    log = " ".join((out / "stdout").read_text().split())
-    for old, new in (("prometheus_server_node_exporter_port", "gpu_metrics_node_exporter_port"),
-                     ("prometheus_server_vllm_version", "vllm_server_version")):
-        assert f"{old} is deprecated" in log and new in log
-
-
 RECEIVERS = {
     "prometheus_server_alertmanager_receivers": {
         "page": {"webhook_urls": ["http://pager.example:8080/hook"],

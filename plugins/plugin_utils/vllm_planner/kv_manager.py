@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from .errors import PlanError
 from .model import DTYPE_BYTES, FULL, GDN_MODEL_TYPES, LINEAR, SLIDING, Geometry
 
-Version = tuple[int, int, int]
+Version = tuple[int, ...]  # versions.Version: (0, 32, 0), (0, 10, 1, 1)
 
 KERNEL_BLOCK = 16  # smallest kernel block of FlashAttention / FlashInfer / Triton on CUDA
 GROUP_SIZE_SLACK = 1.5  # vLLM pads the smaller bucket up when max < 1.5 x min

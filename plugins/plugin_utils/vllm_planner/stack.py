@@ -33,7 +33,7 @@ DEBIAN_DRIVER_VERSIONS = {"bookworm": "535.261.03", "trixie": "550.163.01"}
 DRIVER_SOURCES = ("nvidia_repo", "auto", "debian")
 
 REGENERATE = "regenerate with scripts/vllm_stack_table.py"
-ENGINE_VERSION_FIELDS = "vllm_server_version / vllm_plan_options.vllm_version"
+ENGINE_VERSION_FIELDS = "vllm_server_version"
 
 _ROWS = {row[0]: row for row in VLLM_STACK}
 _DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
@@ -53,7 +53,7 @@ def _table_version(release: str) -> Version | None:
     try:
         return parse_version(release)
     except PlanError:
-        return None  # e.g. 0.10.1.1: in the table, but not a version the planner accepts
+        return None  # a row the planner refuses (none today: the table lists final releases)
 
 
 def _newest_row_version() -> Version:

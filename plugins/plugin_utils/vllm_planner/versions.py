@@ -8,8 +8,10 @@ engine arguments; the memory figures are calibrated against real start-up logs
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from packaging.version import InvalidVersion
+from packaging.version import Version as PackagingVersion
 
 from .errors import PlanError
 
@@ -19,32 +21,53 @@ PINNED_VERSION = "0.32.0"
 NEWEST_KNOWN = (0, 33, 0)
 OLDEST_SUPPORTED = (0, 5, 0)
 
-Version = tuple[int, int, int]
-
-_VERSION_RE = re.compile(
-    r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*(?:[.\-]?post\d+)?(?:\+[\w.]+)?$"
-)
+# A release's number: (0, 32, 0), or (0, 10, 1, 1) for vLLM's four-part 0.10.1.1. At least
+# three parts (0.32 reads as (0, 32, 0)); a .postN release reads as the release it re-packs.
+Version = tuple[int, ...]
 
 
 def parse_version(value: object, field: str = "vllm_version") -> Version:
-    if isinstance(value, str):
-        match = _VERSION_RE.match(value.strip())
-        if match:
-            major, minor, patch = match.groups()
-            version = (int(major), int(minor), int(patch or 0))
-            if version < OLDEST_SUPPORTED:
-                raise PlanError(
-                    field,
-                    f"vLLM {value} is older than the oldest supported release "
-                    f"{'.'.join(map(str, OLDEST_SUPPORTED))}",
-                    "upgrade the engine, or plan for 0.5.0 or newer",
-                )
-            return version
-    raise PlanError(
-        field,
-        f"cannot parse vLLM version {value!r}",
-        f"use a release number such as {PINNED_VERSION} or v0.6.2.post1",
-    )
+    """The release number of a final vLLM release (PEP 440, read by `packaging`).
+
+    Accepts 0.32.0, v0.32.0, 0.32, 0.10.1.1 and post releases (0.6.1.post2: a final release,
+    re-packed; the stack table lists them). Raises PlanError naming ``field`` for anything
+    else: not a version, a pre-release (0.11.0rc1), a development build (0.33.0.dev12), a
+    local build (0.32.0+cu130), an epoch, or a release older than OLDEST_SUPPORTED.
+    """
+    text = value.strip() if isinstance(value, str) else None
+    try:
+        parsed = PackagingVersion(text) if text else None
+    except InvalidVersion:
+        parsed = None
+    if parsed is None:
+        quote = " in quotes (YAML reads 0.6 as a number)" if isinstance(value, int | float) else ""
+        raise PlanError(
+            field,
+            f"cannot parse vLLM version {value!r}",
+            f"use a release number such as {PINNED_VERSION} or v0.6.2.post1{quote}",
+        )
+    final = parsed.base_version + (f".post{parsed.post}" if parsed.post is not None else "")
+    kind = ("a development build" if parsed.is_devrelease
+            else "a pre-release" if parsed.is_prerelease
+            else "a local build" if parsed.local is not None
+            else "an epoch release" if parsed.epoch
+            else None)
+    if kind is not None:
+        raise PlanError(
+            field,
+            f"{text} is {kind}; the planner knows final vLLM releases only",
+            f"pin a final release such as {final if kind != 'an epoch release' else PINNED_VERSION}"
+            " (the stack table and flag history are checked against releases on PyPI)",
+        )
+    version: Version = parsed.release + (0,) * (3 - len(parsed.release))
+    if version < OLDEST_SUPPORTED:
+        raise PlanError(
+            field,
+            f"vLLM {value} is older than the oldest supported release "
+            f"{'.'.join(map(str, OLDEST_SUPPORTED))}",
+            "upgrade the engine, or plan for 0.5.0 or newer",
+        )
+    return version
 
 
 @dataclass(frozen=True)
