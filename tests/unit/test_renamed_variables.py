@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 import yaml
 from _scripts import ansible_env
+from ansible_collections.vllm_fleet.serving.plugins.filter.role_vars import unknown_role_vars
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-
-from role_vars import unknown_role_vars  # noqa: E402
 
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 

@@ -430,7 +430,9 @@ def test_the_test_completion_uses_the_engines_api_key(tmp_path: Path) -> None:
 
 
 def test_the_replicas_file_names_the_served_model() -> None:
-    from restart_schedule import restart_replicas
+    from ansible_collections.vllm_fleet.serving.plugins.filter.restart_schedule import (
+        restart_replicas,
+    )
 
     plan = {"model": "/srv/m", "argv": ["vllm", "serve", "/srv/m", "--served-model-name",
                                         "tiny", "--port", "8001"]}

@@ -8,11 +8,18 @@ from typing import Any
 
 import pytest
 from _models import QWEN25_72B
-
-from vllm_planner import PlanError, kv_plan, parse_version
-from vllm_planner import stack_table as table
-from vllm_planner.stack import engine_stack
-from vllm_planner.versions import traits
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    PlanError,
+    kv_plan,
+    parse_version,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    stack_table as table,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.stack import (
+    engine_stack,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.versions import traits
 
 GOOD: dict[str, Any] = {"gpu": "H200", "tensor_parallel_size": 2}
 
