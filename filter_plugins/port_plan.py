@@ -11,7 +11,7 @@ each role will bind on the host and refuses a clash before any host is touched:
 `values` maps variable names to the values the inventory gives (the task passes every
 variable of PORT_VARIABLES that Ansible sees); a variable it leaves unset takes its role's
 default, read from roles/<role>/defaults/main.yml. No Ansible import: the logic is plain
-Python, tested in tests/unit/test_port_plan.py, which also fails when a role gains a
+Python, tested in tests/unit/plugins/filter/test_port_plan.py, which also fails when a role gains a
 `*_port`, `*_listen_address` or `*_bind_address` default that is neither listed here
 (PORT_VARIABLES) nor ignored with a reason (IGNORED).
 """

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _models import NOTES_CONFIG
 from _scripts import ansible_env
-from test_planner_errors import NOTES_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or \

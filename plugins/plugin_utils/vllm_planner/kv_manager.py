@@ -26,7 +26,8 @@ Pure arithmetic over a :class:`~vllm_planner.model.Geometry`, following the V1 e
 * ``disable_hybrid_kv_cache_manager``: sliding layers become full attention (one group);
   state-space hybrids cannot start without the hybrid manager.
 
-tests/unit/test_kv_oracle.py checks these numbers against vLLM's own functions.
+tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py checks these numbers against vLLM's
+own functions.
 """
 
 from __future__ import annotations

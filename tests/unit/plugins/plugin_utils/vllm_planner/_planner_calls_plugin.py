@@ -1,8 +1,8 @@
 """pytest plugin: record every kv_plan call the unit tests make (for the planner's golden).
 
-    PYTHONPATH=tests/unit PLANNER_CALLS=/tmp/calls.pkl \
-        pytest -q -p _planner_calls_plugin tests/unit/test_planner*.py ...
-    python tests/unit/planner_golden.py --select-inputs /tmp/calls.pkl
+    cd tests/unit/plugins/plugin_utils/vllm_planner
+    PYTHONPATH=. PLANNER_CALLS=/tmp/calls.pkl pytest -q -p _planner_calls_plugin test_planner*.py
+    python planner_golden.py --select-inputs /tmp/calls.pkl
 
 Not a test module (pytest collects test_*.py only); nothing loads it unless asked.
 """

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.serving.plugins.modules import gpu_facts as gf
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 DATA = ROOT / "tests" / "data" / "gpu"
 SYSFS = DATA / "sysfs"
 SMI = DATA / "nvidia-smi"

@@ -34,7 +34,7 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.pl
 )
 from planner_golden import BASE, OPTION_ERRORS, SIZED, error_case
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[5]
 CASES = {name: (ref, opts, field) for name, ref, opts, field in OPTION_ERRORS}
 
 

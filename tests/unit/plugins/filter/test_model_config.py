@@ -13,7 +13,7 @@ from ansible_collections.vllm_fleet.serving.plugins.filter.model_config import (
     model_config,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 LOCAL = ROOT / "inventories" / "local" / "models"
 COMMIT = "3754c24872ca2ab3d7c72c17215c54b99197deba"
 

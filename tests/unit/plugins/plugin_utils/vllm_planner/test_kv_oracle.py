@@ -25,8 +25,8 @@ import pytest
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan
 from test_planner_hybrid import _cfg
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-ORACLE = Path(__file__).resolve().parents[1] / "oracle" / "kv_oracle.py"
+DATA = Path(__file__).resolve().parents[4] / "data"
+ORACLE = Path(__file__).resolve().parents[4] / "oracle" / "kv_oracle.py"
 IMAGE = "localhost/testhost:engine"
 GIB = 1 << 30
 

@@ -20,7 +20,7 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.st
 )
 from test_plan_playbook import run_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[5]
 EXAMPLE = ROOT / "inventories" / "example"
 CONFIG = json.loads((EXAMPLE / "models" / "Qwen2.5-72B-Instruct" / "config.json").read_text())
 H200 = {"gpu": "H200", "tensor_parallel_size": 2, "kv_cache_dtype": "fp8",

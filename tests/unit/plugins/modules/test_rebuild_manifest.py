@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 from ansible_collections.vllm_fleet.serving.plugins.filter.rebuild_report import manifest_diff  # noqa: E402
 from ansible_collections.vllm_fleet.serving.plugins.modules.deploy_manifest import build_manifest  # noqa: E402

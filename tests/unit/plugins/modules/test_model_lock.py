@@ -19,9 +19,9 @@ from ansible_collections.vllm_fleet.serving.plugins.modules.model_lock import (
     select_paths,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "model_artifacts"
+DATA = Path(__file__).resolve().parents[3] / "data" / "model_artifacts"
 # The operator's notes, in shared/ beside the checkout (as laid for sessions and CI).
-SEED = Path(__file__).resolve().parents[3] / "shared" / "seed" / "000_5828da09f54cf884.txt"
+SEED = Path(__file__).resolve().parents[5] / "shared" / "seed" / "000_5828da09f54cf884.txt"
 COMMIT = "7e5b83c1218fc5044c54e6c9e40c4a6b1320f2ac"
 DIGEST = "b2976c51838a8f2143317d3c8de7d446cb7248059e60daf628e2c18babb18d9d"
 

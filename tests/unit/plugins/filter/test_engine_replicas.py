@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 # PlanError as the filter raises it (the planner imported through the collection).
 from ansible_collections.vllm_fleet.serving.plugins.filter.kv_plan import (  # noqa: E402

@@ -4,17 +4,17 @@ The cases: every model config under tests/data/configs, tests/data/configs-hybri
 inventories' models, planned with the option sets of inventories/example and
 inventories/local (as the vllm_plan role passes them) and a few plain ones, plus the calls
 the unit tests make (tests/data/planner-golden/inputs.json, recorded with
-tests/unit/_planner_calls_plugin.py). For each: the plan, its table and its replicas, or
-the error text (PlanError / HazardError with its plan and table).
+_planner_calls_plugin.py beside this file). For each: the plan, its table and its replicas,
+or the error text (PlanError / HazardError with its plan and table).
 
-    python tests/unit/planner_golden.py --check                # compare with the golden file
-    python tests/unit/planner_golden.py --write-golden         # regenerate it, deliberately
-    python tests/unit/planner_golden.py --select-inputs calls.pkl  # refresh inputs.json
-    python tests/unit/planner_golden.py --dump OUT.json [--calls calls.pkl]
+    python planner_golden.py --check                # compare with the golden file
+    python planner_golden.py --write-golden         # regenerate it, deliberately
+    python planner_golden.py --select-inputs calls.pkl  # refresh inputs.json
+    python planner_golden.py --dump OUT.json [--calls calls.pkl]
         # every config x every option set, the golden's cases, every pair of option errors
         # (and pickled recorded calls): for a before/after diff
 
-tests/unit/test_planner_golden.py runs the same comparison under pytest.
+test_planner_golden.py, beside this file, runs the same comparison under pytest.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[5]
 
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (  # noqa: E402
     HazardError,

@@ -25,7 +25,7 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.mo
     parse_geometry,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[4] / "data"
 GIB = 1 << 30
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from _scripts import ansible_env
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 from ansible_collections.vllm_fleet.serving.plugins.filter.role_vars import (  # noqa: E402
     RoleDefaultError,

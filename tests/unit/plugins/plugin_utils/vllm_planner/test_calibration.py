@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[4] / "data"
 GIB = 1 << 30
 ROUNDING = 0.01 * GIB  # logs print GiB with two decimals
 # Rows whose profiling the planner does not model, with the reason.

@@ -15,7 +15,7 @@ import yaml
 from _scripts import ansible_env
 from test_plan_playbook import PLAYBOOK
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 ROLES = ROOT / "roles"
 
 from ansible_collections.vllm_fleet.serving.plugins.filter.port_plan import (  # noqa: E402

@@ -1,9 +1,9 @@
-"""The planner's public outputs stay what the golden file says (tests/unit/planner_golden.py).
+"""The planner's public outputs stay what the golden file says (planner_golden.py, beside it).
 
 Each case: a model config and an option set (inventories, plain sets, the unit tests' own
 calls) -> the plan, its table, its replicas, or the error text. A change to any of them
 fails here; regenerate the golden only deliberately:
-    python tests/unit/planner_golden.py --write-golden
+    python tests/unit/plugins/plugin_utils/vllm_planner/planner_golden.py --write-golden
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from ansible_collections.vllm_fleet.serving.plugins.modules.model_fetch import (
 )
 from ansible_collections.vllm_fleet.serving.plugins.modules.model_verify import verify_dir
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 MAKE_MIRROR = ROOT / "tests" / "data" / "model_artifacts" / "make_mirror.py"
 SLOW_PROXY = ROOT / "molecule" / "model_artifacts" / "files" / "slow_proxy.py"
 

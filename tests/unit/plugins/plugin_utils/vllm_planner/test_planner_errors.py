@@ -5,21 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _models import QWEN25_72B, WORKLOAD
+from _models import NOTES_CONFIG, QWEN25_72B, WORKLOAD
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
     kv_plan,
 )
 
 # The notes' config.json, verbatim: "torch_dtype":"bfloat16, is an unterminated string.
-NOTES_CONFIG = (
-    '{"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,'
-    '"eos_token_id":151645,"head_dim":128,"hidden_act":"silu","hidden_size":8192,'
-    '"intermediate_size":29568,"max_position_embeddings":131072,"model_type":"qwen2",'
-    '"num_attention_heads":64,"num_hidden_layers":80,"num_key_value_heads":8,'
-    '"rms_norm_eps":1e-06,"rope_theta":1000000.0,"torch_dtype":"bfloat16,"vocab_size":152064,'
-    '"use_cache":true}'
-)
 GOOD: dict[str, Any] = {"gpu": "H200", "tensor_parallel_size": 2}
 
 
