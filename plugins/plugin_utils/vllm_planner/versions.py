@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import InvalidVersion
-from packaging.version import Version as PackagingVersion
-
 from .errors import PlanError
+
+# ansible-core depends on packaging, so every controller has it; ansible-test's import check
+# runs plugins in an environment without it, where the planner must still import.
+try:
+    from packaging.version import InvalidVersion
+    from packaging.version import Version as PackagingVersion
+except ImportError as error:  # pragma: no cover - only without ansible-core's dependencies
+    PACKAGING_ERROR: ImportError | None = error
+else:
+    PACKAGING_ERROR = None
 
 # The version the project deploys by default (roles/vllm_server pins the same).
 PINNED_VERSION = "0.32.0"
@@ -34,6 +41,10 @@ def parse_version(value: object, field: str = "vllm_version") -> Version:
     else: not a version, a pre-release (0.11.0rc1), a development build (0.33.0.dev12), a
     local build (0.32.0+cu130), an epoch, or a release older than OLDEST_SUPPORTED.
     """
+    if PACKAGING_ERROR is not None:
+        raise PlanError(field, f"the planner reads versions with the Python package "
+                        f"'packaging', which this controller lacks ({PACKAGING_ERROR})",
+                        "install ansible-core with its dependencies (pip install ansible-core)")
     text = value.strip() if isinstance(value, str) else None
     try:
         parsed = PackagingVersion(text) if text else None

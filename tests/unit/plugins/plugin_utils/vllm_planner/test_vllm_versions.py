@@ -4,6 +4,8 @@ builds and epochs are refused with the field and the fix named, by every entry p
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -99,3 +101,22 @@ def test_kv_plan_plans_0_10_1_1_and_refuses_an_rc() -> None:
 def test_engine_stack_refuses_a_dev_build() -> None:
     with pytest.raises(PlanError, match="0.33.0.dev12 is a development build"):
         engine_stack("0.33.0.dev12")
+
+
+def test_without_packaging_the_planner_imports_and_names_the_fix() -> None:
+    """ansible-test's import check loads plugins without packaging (ansible-core's own
+    dependency): the planner imports there, and a version read says what is missing."""
+    code = (
+        "import sys; sys.modules['packaging'] = None\n"
+        "from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (\n"
+        "    PlanError, parse_version)\n"
+        "try:\n"
+        "    parse_version('0.32.0')\n"
+        "except PlanError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert "vllm_version: the planner reads versions with the Python package 'packaging'" in (
+        done.stdout)
+    assert "Fix: install ansible-core with its dependencies" in done.stdout
