@@ -10,10 +10,11 @@ each role will bind on the host and refuses a clash before any host is touched:
 
 `values` maps variable names to the values the inventory gives (the task passes every
 variable of PORT_VARIABLES that Ansible sees); a variable it leaves unset takes its role's
-default, read from roles/<role>/defaults/main.yml. No Ansible import: the logic is plain
-Python, tested in tests/unit/test_port_plan.py, which also fails when a role gains a
-`*_port`, `*_listen_address` or `*_bind_address` default that is neither listed here
-(PORT_VARIABLES) nor ignored with a reason (IGNORED).
+literal default, read from roles/<role>/defaults/main.yml by plugin_utils/role_data.py (a
+templated default is unknown there, so the variable stays unset). No Ansible import: the
+logic is plain Python, tested in tests/unit/test_port_plan.py, which also fails when a role
+gains a `*_port`, `*_listen_address` or `*_bind_address` default that is neither listed
+here (PORT_VARIABLES) nor ignored with a reason (IGNORED).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data import (
+    literal_defaults,
+)
 
 # Addresses that mean "every interface": they clash with any address on the same port.
 WILDCARDS = frozenset({"", "*", "0.0.0.0", "::", "[::]"})
@@ -72,16 +75,6 @@ IGNORED: dict[str, str] = {
 }
 
 
-def role_defaults(roles_dir: str | Path, roles: Iterable[str]) -> dict[str, Any]:
-    """The defaults/main.yml values of ROLES under ROLES_DIR, merged (names are prefixed)."""
-    merged: dict[str, Any] = {}
-    for role in sorted(set(roles)):
-        path = Path(roles_dir) / role / "defaults" / "main.yml"
-        if path.is_file():
-            merged.update(yaml.safe_load(path.read_text()) or {})
-    return merged
-
-
 def _port(value: object, variable: str, fix: str) -> int:
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or not 0 < int(text) < 65536:
@@ -101,9 +94,10 @@ def _host_port(value: object, variable: str) -> tuple[str, int]:
 
 def _address(value: object) -> str:
     text = str(value if value is not None else "").strip()
-    # A role default still unrendered ("{{ ansible_host ... }}") is the host's own address,
-    # unknown here: counted as every interface, so a clash on that port is still found.
-    if text in WILDCARDS or "{{" in text:
+    # An unset address (a templated role default, "{{ ansible_host ... }}", is unset here:
+    # plugin_utils/role_data.py's rule) is counted as every interface, so a clash on that
+    # port is still found.
+    if text in WILDCARDS:
         return ""
     return LOOPBACK_NAMES.get(text, text)
 
@@ -119,7 +113,7 @@ def port_plan(replicas: Iterable[Mapping[str, Any]], values: Mapping[str, Any],
     """Every listener one host will have: its replicas (the plan), the gateway's client and
     metrics ports, node exporter, DCGM exporter where enabled, and on a Prometheus server
     Prometheus and Alertmanager. VALUES win over the roles' defaults."""
-    known = {**role_defaults(roles_dir, PORT_VARIABLES.values()),
+    known = {**literal_defaults(roles_dir, PORT_VARIABLES.values()),
              **{k: v for k, v in values.items() if k in PORT_VARIABLES}}
 
     def get(name: str) -> Any:
