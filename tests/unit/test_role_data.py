@@ -22,6 +22,9 @@ from ansible_collections.vllm_fleet.serving.plugins.filter import (  # noqa: E40
     role_vars as role_vars_filters,
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils import (  # noqa: E402
+    port_plan as port_plan_utils,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils import (  # noqa: E402
     role_data,
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data import (  # noqa: E402
@@ -122,7 +125,7 @@ def test_the_collections_roles_and_the_filters_share_the_reader() -> None:
     assert role_vars_filters.role_default is role_data.role_default
     assert role_vars_filters.RoleDefaultError is role_data.RoleDefaultError
     assert role_vars_filters.known_role_vars is role_data.known_role_vars
-    assert port_plan_filters.literal_defaults is role_data.literal_defaults
+    assert port_plan_utils.literal_defaults is role_data.literal_defaults
     assert kv_plan_filters.role_default is role_data.role_default
 
 
