@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data import role_default
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
     kv_plan,
@@ -31,9 +30,6 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner im
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.stack import (
     stack_problem,
 )
-
-# The collection's root (the checkout, or an installed copy): it holds roles/vllm_plan.
-_ROOT = next(p for p in Path(__file__).resolve().parents if (p / "roles" / "vllm_plan").is_dir())
 
 
 def vllm_metrics(version: object) -> dict[str, str]:
@@ -89,9 +85,8 @@ def engine_replicas(host_vars: Mapping[str, Any],
     def value(name: str) -> Any:
         if name in host_vars:
             return host_vars[name]
-        # vllm_plan's own default (its literal defaults, as the role_default filter reads them).
-        defaults = yaml.safe_load((Path(_ROOT) / "roles/vllm_plan/defaults/main.yml").read_text())
-        return defaults[name]
+        # vllm_plan's own literal default, read as the role_default filter reads it.
+        return role_default(name)
 
     options = value("vllm_plan_options") or {}
     return split_gpus(value("vllm_plan_gpu_count"), options.get("tensor_parallel_size", 1),

@@ -11,7 +11,8 @@ returns one line per unknown name ('' when all are known).
 
 One source for each fact: a role that consumes another role's variable defaults to it, and
 where the producer role is not in the play, to the producer role's own default, read from
-its defaults/main.yml (never a copy of its value):
+its defaults/main.yml (never a copy of its value; a templated default is refused, naming
+the fix: plugins/plugin_utils/role_data.py holds the reader and its rule):
 
     engine_restarts_config: >-
       {{ vllm_server_config_dir | default('vllm_server_config_dir' | role_default) }}/replicas.json
@@ -21,23 +22,22 @@ its defaults/main.yml (never a copy of its value):
 
 from __future__ import annotations
 
-import copy
 import difflib
-import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+# The reader and its rule on templated defaults live in plugin_utils (shared with the port
+# plan, engine_replicas and the plan_fleet action); re-exported here for the filters' users.
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data import (
+    ROLES_DIR,
+    RoleDefaultError,
+    known_role_vars,
+    role_default,
+)
 
-
-def known_role_vars(role_path: str) -> set[str]:
-    """Every option of every entry point of the role's meta/argument_specs.yml."""
-    spec_file = Path(role_path) / "meta" / "argument_specs.yml"
-    specs = yaml.safe_load(spec_file.read_text()) or {}
-    entry_points: Mapping[str, Any] = specs.get("argument_specs") or {}
-    return {name for entry in entry_points.values()
-            for name in ((entry or {}).get("options") or {})}
+__all__ = ["ROLES_DIR", "RoleDefaultError", "known_role_vars", "role_default",
+           "unknown_role_vars", "FilterModule"]
 
 
 def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") -> list[str]:
@@ -56,42 +56,6 @@ def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") ->
         hint = f"did you mean {' or '.join(close)}?" if close else "no known variable is close"
         messages.append(f"{name}: unknown to role {Path(role_path).name} ({hint})")
     return messages
-
-
-# The collection's roles (the checkout's, or an installed copy's).
-ROLES_DIR = next(p / "roles" for p in Path(__file__).resolve().parents if (p / "roles").is_dir())
-
-
-class RoleDefaultError(ValueError):
-    """A variable that is no literal default of its role; the message names it."""
-
-
-@functools.lru_cache(maxsize=64)
-def _defaults(path: str, mtime_ns: int) -> Any:
-    """A role's defaults/main.yml, parsed once per version of the file (a fleet's plan reads
-    the same defaults for every host)."""
-    del mtime_ns  # part of the cache key only
-    return yaml.safe_load(Path(path).read_text())
-
-
-def role_default(name: str, roles_dir: str | Path = ROLES_DIR) -> Any:
-    """The default of variable ``name`` in its role's defaults/main.yml; the role is the one
-    whose name (and '_') begins the variable's. Only literal defaults: a templated one would
-    depend on variables of that role's play, which the consumer does not see."""
-    roles = sorted((p.name for p in Path(roles_dir).iterdir() if p.is_dir()
-                    and name.startswith(p.name + "_")), key=len, reverse=True)
-    if not roles:
-        raise RoleDefaultError(f"{name}: no role under {roles_dir} owns this variable")
-    defaults_file = Path(roles_dir) / roles[0] / "defaults" / "main.yml"
-    defaults = (_defaults(str(defaults_file), defaults_file.stat().st_mtime_ns)
-                if defaults_file.exists() else {})
-    if name not in (defaults or {}):
-        raise RoleDefaultError(f"{name}: not a default of role {roles[0]} ({defaults_file})")
-    value = copy.deepcopy(defaults[name])
-    if "{{" in str(value) or "{%" in str(value):
-        raise RoleDefaultError(f"{name}: the default of role {roles[0]} is a template "
-                               f"({value!r}); default to the variable it names instead")
-    return value
 
 
 class FilterModule:

@@ -1,5 +1,6 @@
 """Action plan_fleet: every engine replica of the play's hosts, planned on the control node
-in one task, once per distinct set of planner inputs (documented in library/plan_fleet.py).
+in one task, once per distinct set of planner inputs (documented in
+plugins/modules/plan_fleet.py).
 
 A task per host costs Ansible about 15-20 ms per host (its result, its callbacks), whatever
 the task does: six of them made a 1,000-host plan take minutes. This action runs once
@@ -26,11 +27,18 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
-from ansible_collections.vllm_fleet.serving.plugins.filter.model_config import model_config
-from ansible_collections.vllm_fleet.serving.plugins.filter.port_plan import (
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.model_config import (
+    ModelConfigError,
+    model_config,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.port_plan import (
     PORT_VARIABLES,
+    PortPlanError,
     port_clashes,
     port_plan,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data import (
+    entry_point_options,
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
@@ -120,12 +128,40 @@ VIEWS = {
 def argument_spec(role_path: Path) -> dict[str, Any]:
     """The options of the role's main entry point (meta/argument_specs.yml)."""
     try:
-        specs = yaml.safe_load((role_path / "meta" / "argument_specs.yml").read_text())
-        return dict(specs["argument_specs"]["main"]["options"])
+        return entry_point_options(role_path, "main")
     except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
         raise AnsibleActionFail(f"plan_fleet: role_path: {role_path} has no readable"
                                 f" meta/argument_specs.yml main options ({exc}). Fix: pass"
                                 " role_path: \"{{ role_path }}\" from roles/vllm_plan.") from None
+
+
+def host_variables(task: Any, task_vars: dict[str, Any]) -> Any:
+    """A function of a host name: that host's variables as a task of this play on it sees
+    them (inventory, facts, play, role defaults and parameters, extra vars), or None where
+    the inventory has no such host.
+
+    The one place this action reads ansible-core internals, because its public API has no
+    other way: hostvars[host] (HostVars.raw_get) leaves out the play and its roles, and the
+    variable manager's get_vars, which includes them, takes a Host object that only the
+    inventory holds - which no public attribute gives (HostVars._inventory). get_vars' own
+    _hosts and _hosts_all (documented there as private) pass the play's host lists once:
+    without them get_vars lists them from the inventory again for every host (quadratic in
+    a 1,000-host fleet). tests/unit/test_fleet_plan.py::test_ansible_internals_are_there
+    fails, naming the change, when ansible-core moves any of them."""
+    manager = task.get_variable_manager()
+    inventory = task_vars["hostvars"]._inventory
+    play = task.get_play()
+    batch = list(task_vars["ansible_play_batch"])
+    every = list(task_vars["ansible_play_hosts_all"])
+
+    def variables(name: str) -> dict[str, Any] | None:
+        host = inventory.get_host(name)
+        if host is None:
+            return None
+        return dict(manager.get_vars(play=play, host=host, task=task, _hosts=batch,
+                                     _hosts_all=every))
+
+    return variables
 
 
 HAZARD_FIX = ("Fix the flags as each message says, or set vllm_plan_options.hazard_overrides"
@@ -211,19 +247,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         them (the variable manager's own resolution: role defaults included). One templar,
         its variables swapped per host: its Jinja environment keeps the compiled
         expressions (a new templar per host compiled every expression again, 30 ms a host)."""
-        manager = self._task.get_variable_manager()
-        inventory = task_vars["hostvars"]._inventory  # the HostVars' inventory (no public getter)
-        play = self._task.get_play()
-        batch = list(task_vars["ansible_play_batch"])
-        every = list(task_vars["ansible_play_hosts_all"])
+        variables_of = host_variables(self._task, task_vars)
         templar = self._templar.copy_with_new_env()
         for name in hosts:
-            host = inventory.get_host(name)
-            if host is None:
+            variables = variables_of(name)
+            if variables is None:
                 raise AnsibleActionFail(f"plan_fleet: hosts: {name} is not in the inventory."
                                         " Fix: pass ansible_play_hosts_all.")
-            templar.available_variables = manager.get_vars(
-                play=play, host=host, task=self._task, _hosts=batch, _hosts_all=every)
+            templar.available_variables = variables
             yield name, templar
 
     @staticmethod
@@ -238,8 +269,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
 
     def _publish(self, fleet: dict[str, Any], views: dict[str, str]) -> dict[str, Any]:
         """vllm_plan_fleet and its per-host views, for every host of the play (run_once):
-        as set_fact's facts on ansible-core 2.21 (register_host_variables), as facts of the
-        result on 2.20 (which has no such call)."""
+        as set_fact's facts on ansible-core 2.21 (register_host_variables, its public call
+        for an action's variables), as facts of the result on 2.20, which has no such call
+        (public API both; the only difference between the two cores in this action). The
+        2.20 way on 2.21 too would put the plan's templates in the fact cache and inject
+        them as facts; 2.21's way does not exist on 2.20."""
         facts: dict[str, Any] = {"vllm_plan_fleet": fleet}
         for fact, key in views.items():
             facts[fact] = trust_as_template(
@@ -327,7 +361,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                 return {}
             try:
                 return plan_one(dict(inputs))
-            except (PlanError, AnsibleError) as exc:
+            except (PlanError, ModelConfigError, AnsibleError) as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from None
 
         groups = memoised(inputs(), compute)
@@ -364,7 +398,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             try:
                 return port_plan(inputs["replicas"], inputs["values"], roles_dir,
                                  prometheus_server=inputs["prometheus"])
-            except (PlanError, AnsibleError) as exc:
+            except (PlanError, PortPlanError, AnsibleError) as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from None
 
         return memoised(inputs(), compute)

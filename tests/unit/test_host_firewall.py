@@ -203,7 +203,7 @@ def test_main_refuses_to_drop_ansibles_own_ssh_connection_before_any_change(
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert "over SSH from 192.0.2.50" in out and "host_firewall_ssh_clients" in out, out
-    assert "Look up nftables" not in out
+    assert "Install nftables" not in out
     wrong_port = run_role(tmp_path, "main", GOOD,
                           SSH_CONNECTION="10.0.0.9 51234 10.0.0.5 2200")
     assert wrong_port.returncode != 0

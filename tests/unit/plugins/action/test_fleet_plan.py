@@ -138,3 +138,47 @@ def test_a_host_whose_variable_a_default_reads_differs_gets_its_own_plan(tmp_pat
     assert seen["gpu-3.test"] == "/data/vllm/models/Qwen2.5-72B-Instruct/current"
     assert {seen[f"gpu-{i}.test"] for i in range(3)} == \
         {"/srv/vllm/models/Qwen2.5-72B-Instruct/current"}
+
+
+def test_ansible_internals_are_there() -> None:
+    """plan_fleet.host_variables is the action's one read of ansible-core internals (no
+    public call gives another host's variables as a task of the play sees them): the
+    inventory behind hostvars (HostVars._inventory) and get_vars' private _hosts and
+    _hosts_all. This fails, naming what moved, when ansible-core changes any of them; then
+    change host_variables (the only user) and this test together."""
+    import inspect
+
+    import ansible.playbook.task
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+    from ansible_collections.vllm_fleet.serving.plugins.action import plan_fleet
+
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources="h1,")
+    manager = VariableManager(loader=loader, inventory=inventory)
+    hostvars = HostVars(inventory=inventory, variable_manager=manager, loader=loader)
+    assert getattr(hostvars, "_inventory", None) is inventory, (
+        "ansible-core's HostVars no longer keeps its inventory as _inventory: "
+        "plan_fleet.host_variables must find the Host objects another way")
+    parameters = inspect.signature(VariableManager.get_vars).parameters
+    missing = [p for p in ("play", "host", "task", "_hosts", "_hosts_all") if p not in parameters]
+    assert not missing, (f"ansible-core's VariableManager.get_vars lost {missing}: "
+                         "plan_fleet.host_variables must pass the play's hosts another way")
+
+    class Task(ansible.playbook.task.Task):  # type: ignore[misc]
+        def get_variable_manager(self) -> VariableManager:
+            return manager
+
+        def get_play(self) -> None:
+            return None
+
+    variables_of = plan_fleet.host_variables(Task(), {
+        "hostvars": hostvars, "ansible_play_batch": ["h1"], "ansible_play_hosts_all": ["h1"]})
+    assert variables_of("nowhere") is None
+    found = variables_of("h1")
+    assert found is not None and found["inventory_hostname"] == "h1"
+    # The one read: no other private attribute of Ansible's objects in the action.
+    source = (ROOT / "plugins/action/plan_fleet.py").read_text()
+    assert source.count('["hostvars"]._inventory') == 1 and source.count("_hosts_all=") == 1

@@ -1,4 +1,4 @@
-"""Port clashes across the roles (issue 20, item 9): filter_plugins/port_plan.py lists every
+"""Port clashes across the roles (issue 20, item 9): plugins/plugin_utils/port_plan.py lists every
 port one host will listen on, and the plan play refuses two services on one port before any
 host is touched (a replica on Prometheus's 9090 crash-looped while Prometheus scraped itself
 as the engine)."""
@@ -47,7 +47,7 @@ def test_every_port_default_of_every_role_is_listed_or_ignored() -> None:
             if PORT_NAME.search(name):
                 found[name] = defaults.parts[-3]
     missing = sorted(set(found) - set(PORT_VARIABLES) - set(IGNORED))
-    assert missing == [], f"teach filter_plugins/port_plan.py these variables: {missing}"
+    assert missing == [], f"teach plugins/plugin_utils/port_plan.py these variables: {missing}"
     assert {"vllm_plan_base_port", "engine_gateway_port", "engine_gateway_metrics_port",
             "gpu_metrics_node_exporter_port", "prometheus_server_listen_address",
             "prometheus_server_alertmanager_listen_address"} <= set(found)
