@@ -3,8 +3,9 @@
 # H100/H200 hosts", docs/real-hosts.md "The control node"), done as written by a user who is
 # not root, in that user's HOME, from a copy of the checkout:
 #   a venv on Python 3.12+, pip install -r requirements.txt, the built tarball installed with
-#   ansible-galaxy, requirements.yml's collections (from the `ansible` bundle, no Galaxy), a
-#   copy of inventories/example in ~/inv, then the installed playbook vllm_fleet.serving.plan.
+#   ansible-galaxy into ~/.ansible/collections, requirements.yml's collections (from the
+#   `ansible` bundle, no Galaxy), a copy of inventories/example in ~/inv, then, outside the
+#   checkout, the installed playbook vllm_fleet.serving.plan with -i ~/inv/hosts.yml.
 # It fails when a step fails or when the output has a [WARNING] or [DEPRECATION WARNING] line.
 # Everything after `pip install` runs without network (unshare --net, where it can; else with
 # ANSIBLE_GALAXY_SERVER pointing at a closed local port): the Galaxy steps must not need it.
@@ -35,14 +36,16 @@ readonly ONLINE_STEPS='python3 -m venv ~/vllm-fleet-venv
 . ~/vllm-fleet-venv/bin/activate
 pip install -r requirements.txt'
 readonly OFFLINE_STEPS='scripts/build-collection.sh build/
-ansible-galaxy collection install build/vllm_fleet-serving-1.0.0.tar.gz
-ansible-galaxy collection install -r requirements.yml
+ansible-galaxy collection install -p ~/.ansible/collections build/vllm_fleet-serving-1.0.0.tar.gz
+ansible-galaxy collection install -p ~/.ansible/collections -r requirements.yml
 cp -r inventories/example ~/inv
+cd ~
 ansible-playbook -i ~/inv/hosts.yml vllm_fleet.serving.plan'
-# Not in the docs (it needs real hosts to run): site.yml of the installed copy parses.
+# Not in the docs (it needs real hosts to run): site.yml of the installed copy parses; its path
+# shows which copy ran.
 readonly EXTRA_STEPS='ansible-playbook -i ~/inv/hosts.yml vllm_fleet.serving.site --syntax-check'
 
-log() { printf '[controller-test] %s\n' "$*" >&2; }
+log() { printf "[controller-test +%ds] %s\n" "${SECONDS}" "$*" >&2; }
 die() { printf '[controller-test] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # shellcheck source=scripts/lib/python.sh
@@ -143,6 +146,7 @@ if [[ ${EUID} -eq 0 ]]; then
   user_home="$(getent passwd "${user}" | cut -d: -f6)"
   [[ -d "${user_home}" ]] || die "${user}'s HOME ${user_home} does not exist. Fix: userdel -r ${user}, then rerun"
   # The previous run's files go; the pip cache (~/.cache/pip) stays.
+  log "removing the previous run's files from ${user_home} (its pip cache stays)"
   rm -rf "${user_home:?}"/{vllm-fleet,vllm-fleet-venv,inv,.ansible,.local/bin/python3}
   # PIP_CACHE_DIR of root's environment would point pip at a cache the user cannot write.
   unset PIP_CACHE_DIR
@@ -174,7 +178,9 @@ as_user git -C "${checkout}" init -q
 as_user git -C "${checkout}" add -A
 
 python="$(user_python)"
-as_user ln -sfn "${python}" "${user_bin}/python3"
+# A shim, as pyenv's (a link would make the venv look for the standard library beside it).
+printf '#!/bin/sh\nexec %q "$@"\n' "${python}" | as_user tee "${user_bin}/python3" >/dev/null
+as_user chmod 0755 "${user_bin}/python3"
 log "python3 is ${python} ($(as_user "${python}" -c 'import sys; print(sys.version.split()[0])'))"
 
 # ---- the steps ----
@@ -199,5 +205,8 @@ ${EXTRA_STEPS}")"
 warnings="$(grep -E '^\[(DEPRECATION )?WARNING\]' "${logfile}" || true)"
 [[ -z "${warnings}" ]] || die "the output has $(wc -l <<<"${warnings}") warning line(s) (full output: ${logfile}):
 ${warnings}"
+installed="${user_home}/.ansible/collections/ansible_collections/vllm_fleet/serving"
+grep -qxF "playbook: ${installed}/playbooks/site.yml" "${logfile}" \
+  || die "vllm_fleet.serving.site did not run from the installed copy ${installed} (full output: ${logfile})"
 rm -f "${logfile}"
 log "passed in $((SECONDS - start)) s: ${user} installed the built collection and ran vllm_fleet.serving.plan from ${user_home}, no warnings"
