@@ -31,7 +31,9 @@ rm "${stage}/plugins/filter"
 mv "${stage}/filter_plugins" "${stage}/plugins/filter"
 
 ansible-galaxy collection build --force --output-path "${out}" "${stage}" >&2
-tarball="$(ls -t "${out}"/*-*-*.tar.gz | head -n 1)"
+# ansible-galaxy names it NAMESPACE-NAME-VERSION.tar.gz, from galaxy.yml.
+tarball="${out}/$(sed -n 's/^namespace: *//p' "${stage}/galaxy.yml")-$(sed -n 's/^name: *//p' "${stage}/galaxy.yml")-$(sed -n 's/^version: *//p' "${stage}/galaxy.yml").tar.gz"
+[[ -f "${tarball}" ]] || die "ansible-galaxy built no ${tarball}"
 links="$(tar -tvzf "${tarball}" | grep '^l' || true)"
 [[ -z "${links}" ]] || die "${tarball} holds links (ansible-test refuses them):
 ${links}"

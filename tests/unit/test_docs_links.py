@@ -51,7 +51,7 @@ def broken_links(page: Path, root: Path = ROOT) -> list[str]:
     for target in LINK.findall(without_code(page.read_text())):
         if SCHEME.match(target):
             continue  # http(s), mailto: not checked offline
-        path_part, _, fragment = target.partition("#")
+        path_part, fragment = target.split("#", 1) if "#" in target else (target, "")
         dest = page if not path_part else page.parent / path_part
         if not dest.exists():
             broken.append(f"{target} (no such path)")
