@@ -59,7 +59,7 @@ as_user() {
   local name
   for name in $(compgen -e); do
     case "${name}" in
-      PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|TMPDIR)
+      PIP_*|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY|TMPDIR|VLLM_FLEET_PYTHON|PYENV_ROOT)
         env_args+=("${name}=${!name}") ;;
     esac
   done
@@ -84,10 +84,12 @@ steps_script() {
 user_python() {
   local py rc=0 prefix version dest binary
   # shellcheck disable=SC2016  # $1 is expanded by the user's shell
-  if py="$(as_user bash -c '. "$1"; vllm_fleet_python' _ "${checkout}/scripts/lib/python.sh")"; then
-    printf '%s\n' "${py}"
-    return
-  fi
+  py="$(as_user bash -c '. "$1"; vllm_fleet_python' _ "${checkout}/scripts/lib/python.sh")" || rc=$?
+  case ${rc} in
+    0) printf '%s\n' "${py}"; return ;;
+    2) die "VLLM_FLEET_PYTHON=${VLLM_FLEET_PYTHON} is not a Python 3.12+ with venv and ensurepip that ${user} can run; point it at one, or unset it" ;;
+  esac
+  rc=0
   [[ ${EUID} -eq 0 ]] || die "no Python 3.12 or newer found (VLLM_FLEET_PYTHON, python3, python3.13, python3.12 on PATH, /usr/bin, ~/.pyenv). Fix: install one (pyenv install 3.13, or Debian 13's python3) and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
   py="$(vllm_fleet_python)" || rc=$?
   case ${rc} in
