@@ -6,7 +6,8 @@
 #     engine lane: the engine image, then the engine scenarios (vllm_server, site, operations)
 #     host lane:   lint (yamllint, ansible-lint, ruff, mypy), unit (pytest tests/unit) and
 #                  unit-core2.20, sanity and sanity-core2.20 (ansible-test sanity on
-#                  ansible-core 2.21 and 2.20), then every other molecule scenario
+#                  ansible-core 2.21 and 2.20), controller-test (the README's control node
+#                  as a user who is not root), then every other molecule scenario
 #                  (molecule/NAME/molecule.yml), the benchmark scenario last (it waits for
 #                  the engine lane's engine image), then
 #                  oracle: vLLM's own KV-cache code judges the planner, inside that image, and
@@ -25,7 +26,7 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := plugins/modules plugins/action plugins/module_utils plugins/plugin_utils filter_plugins scripts bench molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup dev images lint docs unit oracle molecule test demo plan rebuild collection
+.PHONY: help setup dev images lint docs unit oracle molecule test demo plan rebuild collection controller-test
 
 # The checkout as the collection (scripts/editable.sh): ansible-doc, ansible-playbook and Python
 # read it here.
@@ -39,6 +40,7 @@ help:
 	@echo "make setup      apt packages, container runtime, .venv (root, idempotent)"
 	@echo "make dev        the checkout as the collection in .venv (no root; lint, unit, plan run it)"
 	@echo "make collection build/vllm_fleet-serving-VERSION.tar.gz, the tarball users install"
+	@echo "make controller-test  the README's real-host install and plan, as a user who is not root"
 	@echo "make images     build localhost/testhost:debian12 and :debian13 (cached)"
 	@echo "make lint       yamllint, ansible-lint, ruff check, mypy, role READMEs current, plugin docs, changelog fragments"
 	@echo "make docs       regenerate each role README's variables table from its argument specs"
@@ -65,6 +67,13 @@ collection: dev
 
 images: setup
 	scripts/build-images.sh
+
+# The README's control node (a venv, pip install -r requirements.txt, the built tarball, the
+# example inventory, vllm_fleet.serving.plan) done by a user who is not root, in its HOME, with
+# no Galaxy and no warning (scripts/controller-test.sh). Needs git, and a Python 3.12+ (the one
+# make setup found does); no .venv. As root it runs as the user vllm-fleet-ctl, made if missing.
+controller-test:
+	PATH="$(HOST_PATH)" scripts/controller-test.sh
 
 lint: dev
 	yamllint --strict .
@@ -104,13 +113,13 @@ molecule: images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
 	scripts/molecule-lanes.sh $(SCENARIOS)
 
-# The lint, unit and sanity checks (ansible-core 2.21 and 2.20) run at the head of the host
-# lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first), and the oracle and
+# The lint, unit and sanity checks (ansible-core 2.21 and 2.20) and controller-test run at the
+# head of the host lane, beside the engine scenarios (scripts/molecule-lanes.sh --host-first), and the oracle and
 # the execution environment's image (built, then plan.yml inside it) at its end, once the engine
 # lane has built the engine image (--host-last); a failure in any of them fails the target.
 test: setup images
 	@[[ -n "$(SCENARIOS)" ]] || { echo "molecule: no scenarios under molecule/" >&2; exit 1; }
-	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20" \
+	scripts/molecule-lanes.sh --host-first "$(MAKE) lint unit unit-core2.20 sanity sanity-core2.20 controller-test" \
 	  --host-last "$(MAKE) oracle ee-image" $(SCENARIOS)
 
 # The main job on the built-in local target: a systemd container host (vllm-local) made

@@ -114,28 +114,18 @@ print(f"[setup] {path}: set [engine] {wanted}")
 PY
 }
 
-# is_supported PYTHON: true when PYTHON runs, is 3.12 or newer and can make a venv.
-is_supported() {
-  "$1" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' 2>/dev/null
-}
+# vllm_fleet_python_ok, vllm_fleet_python: the finder scripts/controller-test.sh shares.
+# shellcheck source=scripts/lib/python.sh
+. "${REPO_ROOT}/scripts/lib/python.sh"
 
 # find_python: print the controller interpreter (see the header), or stop with the fix.
 find_python() {
-  local candidate uv_venv="${REPO_ROOT}/.cache/uv-bootstrap"
-  if [[ -n "${VLLM_FLEET_PYTHON:-}" ]]; then
-    is_supported "${VLLM_FLEET_PYTHON}" \
-      || die "VLLM_FLEET_PYTHON=${VLLM_FLEET_PYTHON} is not a Python 3.12+ with venv and ensurepip; point it at one, or unset it"
-    printf '%s\n' "${VLLM_FLEET_PYTHON}"
-    return
-  fi
-  for candidate in python3 python3.13 python3.12 /usr/bin/python3.13 /usr/bin/python3.12 \
-    "${PYENV_ROOT:-${HOME}/.pyenv}"/versions/3.13*/bin/python3 \
-    "${PYENV_ROOT:-${HOME}/.pyenv}"/versions/3.12*/bin/python3; do
-    if command -v "${candidate}" >/dev/null 2>&1 && is_supported "${candidate}"; then
-      command -v "${candidate}"
-      return
-    fi
-  done
+  local candidate rc=0 uv_venv="${REPO_ROOT}/.cache/uv-bootstrap"
+  vllm_fleet_python || rc=$?
+  case ${rc} in
+    0) return ;;
+    2) die "VLLM_FLEET_PYTHON=${VLLM_FLEET_PYTHON} is not a Python 3.12+ with venv and ensurepip; point it at one, or unset it" ;;
+  esac
   # None on the machine (a fresh Debian 12 has 3.11): uv installs a standalone CPython.
   log "no Python 3.12+ found; installing one with uv (python3 -m venv + pip install uv)" >&2
   if [[ ! -x "${uv_venv}/bin/uv" ]]; then
@@ -148,7 +138,7 @@ find_python() {
     || die "uv could not download Python 3.13 (no network to its download host?). Fix: install Python 3.12 or newer and rerun with VLLM_FLEET_PYTHON=/path/to/python3"
   candidate="$(UV_PYTHON_INSTALL_DIR="${REPO_ROOT}/.cache/uv-python" "${uv_venv}/bin/uv" python find 3.13)" \
     || die "uv installed Python 3.13 but cannot find it; rerun with VLLM_FLEET_PYTHON=/path/to/python3"
-  is_supported "${candidate}" || die "${candidate} (from uv) cannot make a venv; set VLLM_FLEET_PYTHON"
+  vllm_fleet_python_ok "${candidate}" || die "${candidate} (from uv) cannot make a venv; set VLLM_FLEET_PYTHON"
   printf '%s\n' "${candidate}"
 }
 
