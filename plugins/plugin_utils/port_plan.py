@@ -15,9 +15,9 @@ from here).
 variable of PORT_VARIABLES that Ansible sees); a variable it leaves unset takes its role's
 literal default, read from roles/<role>/defaults/main.yml by plugin_utils/role_data.py (a
 templated default is unknown there, so the variable stays unset). No Ansible import: the
-logic is plain Python, tested in tests/unit/plugins/filter/test_port_plan.py, which also fails when a role
-gains a `*_port`, `*_listen_address` or `*_bind_address` default that is neither listed
-here (PORT_VARIABLES) nor ignored with a reason (IGNORED).
+logic is plain Python, tested in tests/unit/plugins/filter/test_port_plan.py, which also
+fails when a role gains a `*_port`, `*_listen_address` or `*_bind_address` default that is
+neither listed here (PORT_VARIABLES) nor ignored with a reason (IGNORED).
 """
 
 from __future__ import annotations
