@@ -119,7 +119,7 @@ def all_installed(rc: int, stdout: str, names: list[str]) -> bool:
         return False
     found = []
     for line in stdout.splitlines():
-        status, _, package = line.partition(" ")
+        status, _sep, package = line.partition(" ")
         if status != "ii" or not package.strip():
             return False
         found.append(package.strip())
