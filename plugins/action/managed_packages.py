@@ -31,9 +31,8 @@ import re
 import shlex
 from typing import Any, cast
 
-from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import BOOLEANS, boolean
-from ansible.plugins.action import ActionBase
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.probed_action import ProbedAction
 
 ACCEPTED = frozenset(("name", "state", "install_recommends", "update_cache",
                       "cache_valid_time", "default_release"))
@@ -126,26 +125,21 @@ def all_installed(rc: int, stdout: str, names: list[str]) -> bool:
     return bool(found) and set(found) == set(names)
 
 
-class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type information
+class ActionModule(ProbedAction):
+    BUILTIN = "ansible.builtin.apt"
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        task_vars = task_vars if task_vars is not None else {}
-        result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        problem = check_args(args)
-        if problem:
-            raise AnsibleActionFail(problem)
-        passed = module_args(args)
-        names = cast(list[str], passed["name"])
-        if probe_judges(names):
-            try:
-                probe = self._low_level_execute_command(probe_command(names))
-                if all_installed(probe.get("rc", 1), probe.get("stdout", ""), names):
-                    result.update(changed=False, cache_updated=False, packages=names)
-                    return cast(dict[str, Any], result)
-            except AnsibleError:
-                pass  # in any doubt the builtin decides, and reports its own errors
-        result.update(self._execute_module(module_name="ansible.builtin.apt",
-                                           module_args=passed, task_vars=task_vars))
-        self._remove_tmp_path(self._connection._shell.tmpdir)
-        return cast(dict[str, Any], result)
+    def check(self, args: dict[str, Any]) -> str | None:
+        return check_args(args)
+
+    def builtin_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        return module_args(args)
+
+    def probe(self, args: dict[str, Any]) -> str | None:
+        names = cast(list[str], args["name"])
+        return probe_command(names) if probe_judges(names) else None
+
+    def unchanged(self, args: dict[str, Any], rc: int, stdout: str) -> dict[str, Any] | None:
+        names = cast(list[str], args["name"])
+        if not all_installed(rc, stdout, names):
+            return None
+        return {"cache_updated": False, "packages": names}

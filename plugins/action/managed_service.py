@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, cast
+from typing import Any
 
-from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.probed_action import ProbedAction
 
 ACCEPTED = frozenset(("name", "enabled", "state", "no_block"))
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
@@ -57,23 +56,16 @@ def already_running(stdout: str) -> bool:
     return stdout.split() == ["enabled", "active"]
 
 
-class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type information
+class ActionModule(ProbedAction):
+    BUILTIN = "ansible.builtin.systemd_service"
 
-    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        task_vars = task_vars if task_vars is not None else {}
-        result = super().run(tmp, task_vars)
-        args = dict(self._task.args)
-        problem = check_args(args)
-        if problem:
-            raise AnsibleActionFail(problem)
-        try:
-            probe = self._low_level_execute_command(probe_command(str(args["name"])))
-            if already_running(probe.get("stdout", "")):
-                result.update(changed=False, name=args["name"], enabled=True, state="started")
-                return cast(dict[str, Any], result)
-        except AnsibleError:
-            pass  # in any doubt the builtin decides, and reports its own errors
-        result.update(self._execute_module(module_name="ansible.builtin.systemd_service",
-                                           module_args=args, task_vars=task_vars))
-        self._remove_tmp_path(self._connection._shell.tmpdir)
-        return cast(dict[str, Any], result)
+    def check(self, args: dict[str, Any]) -> str | None:
+        return check_args(args)
+
+    def probe(self, args: dict[str, Any]) -> str | None:
+        return probe_command(str(args["name"]))
+
+    def unchanged(self, args: dict[str, Any], rc: int, stdout: str) -> dict[str, Any] | None:
+        if not already_running(stdout):
+            return None
+        return {"name": args["name"], "enabled": True, "state": "started"}
