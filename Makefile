@@ -23,7 +23,7 @@ export PATH := $(VENV_BIN):$(PATH)
 
 SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 # mypy refuses folders without Python files; check those that have some.
-MYPY_CANDIDATES := plugins/modules plugins/action plugins/module_utils plugins/plugin_utils filter_plugins scripts bench molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/benchmark/files
+MYPY_CANDIDATES := plugins/modules plugins/action plugins/module_utils plugins/plugin_utils filter_plugins scripts bench molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/vllm_install/files roles/benchmark/files
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
 .PHONY: help setup dev images lint docs unit oracle molecule test demo plan rebuild collection controller-test

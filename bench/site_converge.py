@@ -49,7 +49,7 @@ IMAGE = "localhost/testhost:debian12"
 KEY = ROOT / ".local-target/id_ed25519"
 SSH_PORT = 2223
 GROUP_VARS = ROOT / "inventories/local/group_vars/vllm_servers"
-UV_DEFAULTS = ROOT / "roles/vllm_server/defaults/main.yml"
+UV_DEFAULTS = ROOT / "roles/vllm_install/defaults/main.yml"
 APT = ["python3-venv", "python3-packaging", "libnuma1", "haproxy", "prometheus-node-exporter",
        "prometheus"]
 RUN_OPTS = ["--privileged", "--systemd=always", "--ulimit", "nofile=4096:4096",
@@ -100,10 +100,10 @@ def floor_steps(installer: str) -> tuple[str, str]:
     alone) with `installer`: "pip" (the issue's floor: pip install, then the packages that
     break the import removed) or "uv" (the tool the role installs with, its excludes)."""
     engine = group_vars()
-    uv_version = yaml.safe_load(UV_DEFAULTS.read_text())["vllm_server_uv_version"]
-    constraints = "\n".join(engine["vllm_server_uv_constraints"])
-    package = shlex.quote(f"{engine['vllm_server_package']}=={engine['vllm_server_version']}")
-    remove = engine["vllm_server_uv_remove"]
+    uv_version = yaml.safe_load(UV_DEFAULTS.read_text())["vllm_install_uv_version"]
+    constraints = "\n".join(engine["vllm_install_uv_constraints"])
+    package = shlex.quote(f"{engine['vllm_install_package']}=={engine['vllm_install_version']}")
+    remove = engine["vllm_install_uv_remove"]
     cert = "--cert /etc/ssl/certs/ca-certificates.crt"
     system = "\n".join([
         "set -eu",

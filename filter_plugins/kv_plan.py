@@ -47,7 +47,7 @@ def vllm_metric_selectors(versions: object) -> dict[str, str]:
     exports one of the names, so the rules cover both). Histograms also as <role>_bucket."""
     listed = [versions] if isinstance(versions, str) else list(versions or [])  # type: ignore[call-overload]
     if not listed:
-        raise PlanError("vllm_server_version", "no vLLM release to write the rules for",
+        raise PlanError("vllm_install_version", "no vLLM release to write the rules for",
                         "put the engine hosts in prometheus_server_engine_group")
     tables = [metric_names(parse_version(v)) for v in listed]
     names: dict[str, list[str]] = {}

@@ -40,9 +40,26 @@ __all__ = ["ROLES_DIR", "RoleDefaultError", "known_role_vars", "role_default",
            "unknown_role_vars", "FilterModule"]
 
 
+def moved_role_var(name: str, role_path: str, prefix: str = "") -> str | None:
+    """The variable of a sibling role of the same family (the roles directory's roles whose
+    names share the first word: vllm_server, vllm_install, vllm_plan) with the same name
+    after its role's prefix (vllm_server_version -> vllm_install_version), if one has."""
+    role = Path(role_path)
+    suffix = name.removeprefix(prefix or role.name + "_")
+    family = role.name.split("_", 1)[0] + "_"
+    for other in sorted(role.parent.iterdir()):
+        if (other.name != role.name and other.name.startswith(family)
+                and (other / "meta" / "argument_specs.yml").is_file()):
+            candidate = f"{other.name}_{suffix}"
+            if candidate in known_role_vars(str(other)):
+                return candidate
+    return None
+
+
 def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") -> list[str]:
     """One message per name under the role's prefix (role name + '_' unless given) that the
-    role's argument_specs do not list, with up to three close known names."""
+    role's argument_specs do not list, with up to three close known names, or the name of
+    another role's variable that took its place (a variable moved between roles)."""
     prefix = prefix or Path(role_path).name + "_"
     known = known_role_vars(role_path)
     messages = []
@@ -53,7 +70,13 @@ def unknown_role_vars(names: Iterable[str], role_path: str, prefix: str = "") ->
         suffixes = {known_name.removeprefix(prefix): known_name for known_name in known}
         close = [suffixes[match] for match in difflib.get_close_matches(
             name.removeprefix(prefix), sorted(suffixes), n=3, cutoff=0.7)]
-        hint = f"did you mean {' or '.join(close)}?" if close else "no known variable is close"
+        moved = moved_role_var(name, role_path, prefix)
+        if moved:
+            hint = f"moved to role {moved.removesuffix(name.removeprefix(prefix))[:-1]}: {moved}"
+        elif close:
+            hint = f"did you mean {' or '.join(close)}?"
+        else:
+            hint = "no known variable is close"
         messages.append(f"{name}: unknown to role {Path(role_path).name} ({hint})")
     return messages
 

@@ -4,7 +4,7 @@
 # scenario (vllm_server, operations, benchmark gate) starts from the same prepared host
 # instead of spending ~100 s and 3.5 GB of downloads each.
 #
-# The venv is made by the role's own install script (roles/vllm_server/files/vllm-install.sh,
+# The venv is made by the role's own install script (roles/vllm_install/files/vllm-install.sh,
 # with the role's default uv version): uv installs VLLM_PACKAGE==VLLM_VERSION with TORCH_PIN
 # from the machine's wheel directory WHEELS (find-links; torch 2.13.0+cpu is not on PyPI),
 # keeping out torchvision, torchaudio and torchcodec (PyPI's builds break the import). The
@@ -21,9 +21,9 @@ set -euo pipefail
 
 SCRIPT_PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 readonly SCRIPT_PATH
-ROLE="$(dirname "${SCRIPT_PATH}")/../roles/vllm_server"
+ROLE="$(dirname "${SCRIPT_PATH}")/../roles/vllm_install"
 readonly INSTALL_SCRIPT="${ROLE}/files/vllm-install.sh"
-UV_VERSION="$(sed -n 's/^vllm_server_uv_version: "\(.*\)"$/\1/p' "${ROLE}/defaults/main.yml")"
+UV_VERSION="$(sed -n 's/^vllm_install_uv_version: "\(.*\)"$/\1/p' "${ROLE}/defaults/main.yml")"
 readonly UV_VERSION
 readonly BASE="localhost/testhost:debian12"
 readonly IMAGE="localhost/testhost:engine"
@@ -43,7 +43,7 @@ log() { printf '[build-engine-image] %s\n' "$*"; }
 die() { printf '[build-engine-image] ERROR: %s\n' "$*" >&2; exit 1; }
 
 [[ ${EUID} -eq 0 ]] || die "must run as root (rootful podman)"
-[[ -n "${UV_VERSION}" ]] || die "no vllm_server_uv_version in ${ROLE}/defaults/main.yml"
+[[ -n "${UV_VERSION}" ]] || die "no vllm_install_uv_version in ${ROLE}/defaults/main.yml"
 command -v podman >/dev/null || die "podman not found: run scripts/setup.sh first"
 [[ -d "${WHEELS}" ]] || die "WHEELS=${WHEELS} is not a directory (it must hold the ${TORCH_PIN} wheel)"
 base_id="$(podman image inspect --format '{{.Id}}' "${BASE}" 2>/dev/null)" \

@@ -56,16 +56,16 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.fl
 # spec lists them), as a task of roles/vllm_plan on the host evaluates them.
 EXTRA_INPUTS = {
     "inventory_dir": "inventory_dir | default('')",
-    # The engine's release: vllm_server_version (the one pin; its role's default where the
+    # The engine's release: vllm_install_version (the one pin; its role's default where the
     # inventory sets none).
-    "vllm_version": "vllm_server_version"
-                    " | default('vllm_server_version' | vllm_fleet.serving.role_default)",
+    "vllm_version": "vllm_install_version"
+                    " | default('vllm_install_version' | vllm_fleet.serving.role_default)",
     # Debian's driver depends on the release: known where facts were gathered before.
     "release": "ansible_facts.distribution_release | default('')",
 }
 
 # The variables EXTRA_INPUTS read, but ansible_facts: its distribution_release stands for it.
-EXTRA_ROOTS = ("inventory_dir", "vllm_server_version")
+EXTRA_ROOTS = ("inventory_dir", "vllm_install_version")
 
 # A template that reads more than the variables it names (another host's, the set of names,
 # a lookup's world) is evaluated for every host, never reused.
@@ -182,9 +182,9 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
     options = dict(inputs["vllm_plan_options"] or {})
     if "vllm_version" in options:
         raise PlanError("vllm_plan_options.vllm_version",
-                        "is not a vllm_plan option: the plan is for vllm_server_version, the "
+                        "is not a vllm_plan option: the plan is for vllm_install_version, the "
                         "release the engine installs",
-                        f"remove it and set vllm_server_version: {options['vllm_version']!s}")
+                        f"remove it and set vllm_install_version: {options['vllm_version']!s}")
     options.update({
         "model": inputs["vllm_plan_model"],
         # Empty: the engine serves the model under its path.

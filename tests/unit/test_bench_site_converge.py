@@ -30,18 +30,18 @@ def inventory_vars() -> dict[str, Any]:
 def test_group_vars_match_ansible_inventory() -> None:
     ours = site_converge.group_vars()
     theirs = inventory_vars()
-    for key in ("vllm_server_package", "vllm_server_version", "vllm_server_uv_remove",
-                "vllm_server_uv_constraints"):
+    for key in ("vllm_install_package", "vllm_install_version", "vllm_install_uv_remove",
+                "vllm_install_uv_constraints"):
         assert ours[key] == theirs[key], key
 
 
 def test_floor_installs_the_inventory_pins() -> None:
     engine = inventory_vars()
-    package = shlex.quote(f"{engine['vllm_server_package']}=={engine['vllm_server_version']}")
+    package = shlex.quote(f"{engine['vllm_install_package']}=={engine['vllm_install_version']}")
     for installer in ("pip", "uv"):
         system, python = site_converge.floor_steps(installer)
         assert package in python, installer
-        for pin in engine["vllm_server_uv_constraints"]:
+        for pin in engine["vllm_install_uv_constraints"]:
             assert pin in system, (installer, pin)
     pip = site_converge.floor_steps("pip")[1]
     assert "pip uninstall" in pip and "torchvision" in pip

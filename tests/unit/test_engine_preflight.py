@@ -47,11 +47,11 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      'vllm_server_memory_max is "150%"'),
     ("LimitNOFILE not a number", {"vllm_server_limit_nofile": "many"},
      'vllm_server_limit_nofile is "many"'),
-    ("empty user", {"vllm_server_user": ""}, 'vllm_server_user is "": the engine needs its own'),
-    ("root user", {"vllm_server_user": "root"}, 'vllm_server_user is "root"'),
-    ("empty group", {"vllm_server_group": ""}, 'vllm_server_group is ""'),
-    ("root path climbing out", {"vllm_server_root": "/srv/../etc"},
-     'vllm_server_root is "/srv/../etc": Fix: an absolute directory'),
+    ("empty user", {"vllm_install_user": ""}, 'vllm_install_user is "": the engine needs its own'),
+    ("root user", {"vllm_install_user": "root"}, 'vllm_install_user is "root"'),
+    ("empty group", {"vllm_install_group": ""}, 'vllm_install_group is ""'),
+    ("root path climbing out", {"vllm_install_root": "/srv/../etc"},
+     'vllm_install_root is "/srv/../etc": Fix: an absolute directory'),
     ("config dir with a space", {"vllm_server_config_dir": "/etc/my vllm"},
      'vllm_server_config_dir is "/etc/my vllm"'),
     ("restart delay not seconds", {"vllm_server_restart_sec": "10x"},
@@ -63,9 +63,9 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("empty entrypoint word", {"vllm_server_entrypoint": [""]},
      'vllm_server_entrypoint is [""]'),
     ("multi-line environment value", {"vllm_server_environment": {"A": "x\ny"}},
-     "vllm_server_environment values and vllm_server_api_key must each be one line"),
+     "vllm_server_environment must map variable names to one-line values"),
     ("API key with a space", {"vllm_server_api_key": "two words"},
-     "vllm_server_environment values and vllm_server_api_key must each be one line"),
+     "vllm_server_api_key must be one line without spaces"),
 ]
 
 

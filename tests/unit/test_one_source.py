@@ -42,9 +42,9 @@ def render(tmp: Path, vars_files: list[str], expressions: dict[str, str],
     return dict(json.loads((tmp / "out.json").read_text()))
 
 
-def test_only_vllm_server_spells_its_root() -> None:
-    allowed = {ROOT / "roles/vllm_server/defaults/main.yml",
-               ROOT / "roles/vllm_server/meta/argument_specs.yml"}
+def test_only_vllm_install_spells_its_root() -> None:
+    allowed = {ROOT / "roles/vllm_install/defaults/main.yml",
+               ROOT / "roles/vllm_install/meta/argument_specs.yml"}
     paths = [*ROOT.glob("roles/*/defaults/*.yml"), *ROOT.glob("roles/*/vars/*.yml"),
              *ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/templates/*.j2"),
              *ROOT.glob("roles/*/meta/argument_specs.yml"), *ROOT.glob("playbooks/*.yml")]
@@ -57,7 +57,7 @@ def test_the_engine_root_reaches_benchmark_and_model_artifacts(tmp_path: Path) -
     files = ["roles/benchmark/defaults/main.yml", "roles/model_artifacts/defaults/main.yml",
              "roles/model_artifacts/vars/main.yml"]
     exprs = {"python": "benchmark_python", "models": "_model_artifacts_root"}
-    moved = render(tmp_path, files, exprs, vllm_server_root="/opt/engine",
+    moved = render(tmp_path, files, exprs, vllm_install_root="/opt/engine",
                    model_artifacts_name="m")
     assert moved == {"python": "/opt/engine/venv/bin/python", "models": "/opt/engine/models/m"}
     alone = render(tmp_path, files, exprs, model_artifacts_name="m")

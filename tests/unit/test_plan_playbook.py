@@ -136,10 +136,10 @@ def _planned_release(out: str) -> set[str]:
 
 
 def test_the_plan_is_for_the_one_pin_vllm_server_version(tmp_path: Path) -> None:
-    """Issue 22, item 4: vllm_server_version (what the engine installs) feeds the planner;
+    """Issue 22, item 4: vllm_install_version (what the engine installs) feeds the planner;
     the planner's own vllm_version option in vllm_plan_options is refused, naming the fix."""
     inventory = write_inventory(tmp_path, {"gpu": "H200", "tensor_parallel_size": 2})
-    result = run_plan(inventory, "-e", "vllm_server_version=0.19.1")
+    result = run_plan(inventory, "-e", "vllm_install_version=0.19.1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert _planned_release(result.stdout) == {"0.19.1"}
     assert "deprecated" not in (result.stdout + result.stderr)
@@ -150,7 +150,7 @@ def test_the_plan_is_for_the_one_pin_vllm_server_version(tmp_path: Path) -> None
     assert result.returncode != 0
     log = " ".join((result.stdout + result.stderr).split())
     assert "vllm_plan_options.vllm_version: is not a vllm_plan option" in log, log[-3000:]
-    assert "Fix: remove it and set vllm_server_version: 0.19.1" in log
+    assert "Fix: remove it and set vllm_install_version: 0.19.1" in log
 
 
 # One name for the model: an inventory sets model_artifacts_name and the plan derives its

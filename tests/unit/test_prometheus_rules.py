@@ -35,7 +35,7 @@ def render(tmp: Path, version: str | None, inventory: Path,
     inventory pins it), HOST_VARS over the inventory's host variables."""
     env = ansible_env()
     (tmp / "extra.json").write_text(json.dumps(
-        {**({"vllm_server_version": version} if version else {}), **(extra or {})}))
+        {**({"vllm_install_version": version} if version else {}), **(extra or {})}))
     (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": host_vars or {}}}))
     result = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", str(inventory), "-i", str(tmp / "hosts.yml"),
@@ -165,11 +165,11 @@ def test_every_metric_the_rules_read_is_one_the_release_exports(rendered: dict[s
 
 
 def test_a_fleet_mid_upgrade_gets_rules_for_both_releases(tmp_path: Path) -> None:
-    """Each host's vllm_server_version feeds the rules: one host still on 0.6.2 (the old KV
+    """Each host's vllm_install_version feeds the rules: one host still on 0.6.2 (the old KV
     metric name) and the rest on the inventory's pin: every rule reads both names, and the
     KV alert fires on either release's series."""
     out = render(tmp_path, None, ROOT / "inventories" / "example",
-                 host_vars={"h200-a.gpu.example.internal": {"vllm_server_version": "0.6.2"}})
+                 host_vars={"h200-a.gpu.example.internal": {"vllm_install_version": "0.6.2"}})
     rules = out / "vllm.yml"
     both = set(metric_names(parse_version("0.6.2")).values()) | set(
         metric_names(parse_version("0.32.0")).values())

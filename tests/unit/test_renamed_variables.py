@@ -1,6 +1,8 @@
 """The names renamed before 1.0.0 have no aliases: an old vllm_server_pip_* name is refused
-by the role's unknown-variable check, which suggests its vllm_server_uv_* replacement, and no
-old name remains in the roles' defaults or argument specs. Also the one "no GPU" fact that
+by the role's unknown-variable check, which suggests its vllm_install_uv_* replacement (the
+install variables moved to role vllm_install: vllm_server_uv_*, _version, _root, ... are
+refused naming their vllm_install_* replacement), and no old name remains in the roles'
+defaults or argument specs. Also the one "no GPU" fact that
 nvidia_driver and cuda_toolkit both default to."""
 
 from __future__ import annotations
@@ -20,13 +22,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
+# The install's variables, moved from vllm_server to vllm_install (same suffix).
+MOVED = ("package", "version", "python", "system_packages", "root", "user", "group",
+         "uv_version", "uv_constraints", "uv_find_links", "uv_index_url", "uv_extra_args",
+         "uv_timeout", "uv_remove", "prebuilt_kernels", "prebuilt_kernels_index_urls")
+
 # (old name, its role, the name that replaced it)
 REMOVED: list[tuple[str, str, str]] = [
-    *[(f"vllm_server_pip_{s}", "vllm_server", f"vllm_server_uv_{s}")
+    *[(f"vllm_server_pip_{s}", "vllm_server", f"vllm_install_uv_{s}")
       for s in ("constraints", "find_links", "index_url", "extra_args", "timeout", "remove")],
+    *[(f"vllm_server_{s}", "vllm_server", f"vllm_install_{s}") for s in MOVED],
+    ("vllm_server_install_background", "vllm_server", "(none: dropped)"),
     ("benchmark_gate", "benchmark", "benchmark_gate_thresholds"),
     ("benchmark_enforce_gate", "benchmark", "benchmark_gate_fails_play"),
-    ("prometheus_server_vllm_version", "prometheus_server", "vllm_server_version"),
+    ("prometheus_server_vllm_version", "prometheus_server", "vllm_install_version"),
     ("prometheus_server_engine_metrics_port", "prometheus_server", "engine_gateway_metrics_port"),
     ("prometheus_server_node_exporter_port", "prometheus_server",
      "gpu_metrics_node_exporter_port"),
@@ -46,12 +55,21 @@ def test_old_names_are_gone_from_defaults_and_specs(old: str, role: str, new: st
 
 @pytest.mark.parametrize("suffix", ["constraints", "find_links", "index_url", "extra_args",
                                     "timeout", "remove"])
-def test_an_old_vllm_server_name_is_refused_with_its_replacement(suffix: str) -> None:
-    role = str(ROOT / "roles" / "vllm_server")
-    (message,) = unknown_role_vars([f"vllm_server_pip_{suffix}", f"vllm_server_uv_{suffix}"],
+def test_an_old_pip_name_is_refused_with_its_replacement(suffix: str) -> None:
+    role = str(ROOT / "roles" / "vllm_install")
+    (message,) = unknown_role_vars([f"vllm_install_pip_{suffix}", f"vllm_install_uv_{suffix}"],
                                    role)
-    assert message.startswith(f"vllm_server_pip_{suffix}: unknown to role vllm_server (did you "
-                              f"mean vllm_server_uv_{suffix}"), message
+    assert message.startswith(f"vllm_install_pip_{suffix}: unknown to role vllm_install (did "
+                              f"you mean vllm_install_uv_{suffix}"), message
+
+
+@pytest.mark.parametrize("suffix", MOVED)
+def test_a_moved_vllm_server_name_is_refused_naming_its_vllm_install_replacement(
+        suffix: str) -> None:
+    role = str(ROOT / "roles" / "vllm_server")
+    (message,) = unknown_role_vars([f"vllm_server_{suffix}", "vllm_server_api_key"], role)
+    assert message == (f"vllm_server_{suffix}: unknown to role vllm_server (moved to role "
+                       f"vllm_install: vllm_install_{suffix})"), message
 
 
 def test_site_yml_reads_only_the_new_gate_switch() -> None:

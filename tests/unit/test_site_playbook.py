@@ -123,15 +123,16 @@ def test_engine_install_runs_in_the_background_from_after_the_driver_to_the_unit
     versions, installs in place what is missing, and only then writes any unit."""
     tasks = listed_tasks(two_host_inventory(tmp_path))
     driver = index_of(tasks, "nvidia_driver : ", last=True)
-    started = index_of(tasks, "vllm_server : Start installing the pinned vLLM in the background")
+    started = index_of(tasks, "vllm_install : Start installing the pinned vLLM in the background")
     cuda = index_of(tasks, "cuda_toolkit : ")
     model = index_of(tasks, "model_artifacts : ", last=True)
-    joined = index_of(tasks, "vllm_server : Wait for any install in progress", last=True)
-    in_place = index_of(tasks, "vllm_server : Install the pinned vLLM into the virtual environment")
+    joined = index_of(tasks, "vllm_install : Wait for any install in progress", last=True)
+    in_place = index_of(tasks,
+                        "vllm_install : Install the pinned vLLM into the virtual environment")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
     assert driver < started < cuda < model < joined < in_place < unit
     # The engine's torch is checked against the driver after the install, before any unit.
-    cuda_check = index_of(tasks, "vllm_server : Stop before the units if the engine's torch")
+    cuda_check = index_of(tasks, "vllm_install : Stop before the units if the engine's torch")
     assert in_place < cuda_check < unit
 
 
@@ -139,8 +140,8 @@ def test_each_role_is_entered_once_and_its_packages_come_with_its_configuration(
         tmp_path: Path) -> None:
     """One entry point per role: the gateway, the exporters and Prometheus install their
     packages in their own stage, after the engine's units (a failed engine install leaves
-    them as they were), each once; vllm_server's `install` and the `verify` entry points are
-    the only others in the batch play."""
+    them as they were), each once; vllm_install's `background` and vllm_server's `verify`
+    entry points are the only others in the batch play."""
     tasks = listed_tasks(two_host_inventory(tmp_path))
     last_play = index_of(tasks, "play #3")
     unit = index_of(tasks, "vllm_server : Write each replica's systemd unit")
@@ -163,7 +164,7 @@ def test_each_role_is_entered_once_and_its_packages_come_with_its_configuration(
         "benchmark:main", "cuda_toolkit:main", "engine_gateway:main", "engine_gateway:verify",
         "engine_restarts:main", "gpu_metrics:main", "host_firewall:main",
         "model_artifacts:main", "nvidia_driver:main", "prometheus_server:main",
-        "vllm_server:install", "vllm_server:main", "vllm_server:verify"]), entered
+        "vllm_install:background", "vllm_server:main", "vllm_server:verify"]), entered
 
 
 def test_firewall_preflight_runs_in_the_plan_and_the_allowlist_after_the_ports_exist(

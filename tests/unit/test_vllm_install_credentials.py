@@ -1,4 +1,4 @@
-"""Package-index credentials of roles/vllm_server never reach a command line or a log
+"""Package-index credentials of roles/vllm_install never reach a command line or a log
 (issue 20, item 4).
 
 The role's own install tasks (tasks/packages.yml, installed.yml and finish_install.yml, in
@@ -6,7 +6,7 @@ the main entry point's order; the host-level ones left out: apt, the service use
 a real ansible-playbook against this machine (connection local) in a
 scratch root, and really install: pip installs uv, then uv installs a small "engine" and a
 "prebuilt kernel", from a local package index that requires HTTP basic auth, with canary
-passwords in vllm_server_uv_index_url and vllm_server_prebuilt_kernels_index_urls. While
+passwords in vllm_install_uv_index_url and vllm_install_prebuilt_kernels_index_urls. While
 it runs, a sampler reads every process's command line (what ps shows) and environment; the
 canaries must be in none of them and not in the -vvv output, and the index must have
 answered authenticated requests (pip and uv read the credentials from the role's files)."""
@@ -34,9 +34,9 @@ import yaml
 from _scripts import ROOT, ansible_env
 from test_plan_playbook import PLAYBOOK
 
-ROLE = ROOT / "roles/vllm_server"
+ROLE = ROOT / "roles/vllm_install"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-UV_VERSION = DEFAULTS["vllm_server_uv_version"]
+UV_VERSION = DEFAULTS["vllm_install_uv_version"]
 # (user, password) of the default index and of the kernel index (two servers, as two hosts
 # would be: uv keys credentials by scheme, host and port).
 MAIN = ("canary-user", "CANARY-PASSWORD-123")
@@ -194,7 +194,7 @@ def indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Index, I
 
 def role_tasks() -> list[dict[str, Any]]:
     tasks = {task["name"]: task
-             for file in ("packages.yml", "installed.yml", "finish_install.yml")
+             for file in ("validate.yml", "packages.yml", "installed.yml", "finish_install.yml")
              for task in yaml.safe_load((ROLE / "tasks" / file).read_text())}
     chosen = [tasks[name] for name in TASKS]
     for task in chosen:  # the role's files by absolute path (this play is outside the role)
@@ -206,13 +206,13 @@ def role_tasks() -> list[dict[str, Any]]:
 
 def play(tmp: Path, indexes: tuple[Index, Index], *args: str) -> subprocess.CompletedProcess[str]:
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-            "vllm_server_root": str(tmp / "srv"), "vllm_server_config_dir": str(tmp / "etc"),
-            "vllm_server_user": "root", "vllm_server_group": "root",
-            "vllm_server_package": "canary-engine", "vllm_server_version": "1.0",
-            "vllm_server_prebuilt_kernels": ["canary-kernel==1.0"],
-            "vllm_server_uv_index_url":
+            "vllm_install_root": str(tmp / "srv"), "vllm_server_config_dir": str(tmp / "etc"),
+            "vllm_install_user": "root", "vllm_install_group": "root",
+            "vllm_install_package": "canary-engine", "vllm_install_version": "1.0",
+            "vllm_install_prebuilt_kernels": ["canary-kernel==1.0"],
+            "vllm_install_uv_index_url":
                 f"http://{MAIN[0]}:{MAIN[1]}@127.0.0.1:{indexes[0].port}/simple",
-            "vllm_server_prebuilt_kernels_index_urls":
+            "vllm_install_prebuilt_kernels_index_urls":
                 [f"http://{KERNELS[0]}:{KERNELS[1]}@127.0.0.1:{indexes[1].port}/simple"]}
     inventory = {"all": {"vars": DEFAULTS, "hosts": {"engine": host}}}
     playbook = [{"name": "The role's install", "hosts": "all", "gather_facts": False,

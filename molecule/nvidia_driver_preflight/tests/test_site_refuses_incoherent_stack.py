@@ -56,7 +56,7 @@ def test_site_refuses_debian_550_with_the_cuda13_engine(host: Any, tmp_path: Pat
     out = run.stdout
     assert run.returncode != 0, out[-3000:]
     assert "[REFUSED] driver_cannot_run_engine" in out, out[-3000:]
-    assert "R580" in out and "550.163.01" in out and "vllm_server_version" in out
+    assert "R580" in out and "550.163.01" in out and "vllm_install_version" in out
     assert "Traceback" not in out + run.stderr
     # The refusal came from the control-node plan: no task of a later play ran.
     assert "TASK [nvidia_driver" not in out and "TASK [vllm_server" not in out

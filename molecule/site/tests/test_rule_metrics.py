@@ -29,7 +29,7 @@ LOCAL = ROOT / "inventories/local"
 GROUP_VARS = {k: v for path in sorted((LOCAL / "group_vars/vllm_servers").glob("*.yml"))
               for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 PLAN_DEFAULTS = yaml.safe_load((ROOT / "roles/vllm_plan/defaults/main.yml").read_text())
-VERSION = str(GROUP_VARS["vllm_server_version"])
+VERSION = str(GROUP_VARS["vllm_install_version"])
 PLAN_HOST = GROUP_VARS.get("vllm_plan_host") or PLAN_DEFAULTS["vllm_plan_host"]
 PORT = int(GROUP_VARS.get("vllm_plan_base_port") or PLAN_DEFAULTS["vllm_plan_base_port"])
 RULES = "/etc/prometheus/rules/vllm.yml"

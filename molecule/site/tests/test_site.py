@@ -97,10 +97,10 @@ def test_engine_environment_is_the_pinned_uv_install(host: Host) -> None:
     installed = {normalized(name): found for name, found in out.items()}
     pins = yaml.safe_load((LOCAL / "group_vars/vllm_servers/constraints.yml").read_text())
     wanted = {normalized(name): version for name, version in
-              (pin.split("==") for pin in pins["vllm_server_uv_constraints"])}
+              (pin.split("==") for pin in pins["vllm_install_uv_constraints"])}
     engine = {name: version for name, (version, by) in installed.items() if by == "uv"}
     assert engine == wanted
-    assert not {normalized(n) for n in GROUP_VARS["vllm_server_uv_remove"]} & set(installed)
+    assert not {normalized(n) for n in GROUP_VARS["vllm_install_uv_remove"]} & set(installed)
     assert {by for _version, by in installed.values()} <= {"uv", "pip"}  # pip: the venv's own
     assert host.file("/srv/vllm/installer/bin/uv").exists
     counts = host.check_output(

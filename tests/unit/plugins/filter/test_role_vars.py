@@ -32,7 +32,7 @@ def test_known_names_are_the_role_defaults(role: str) -> None:
 
 def test_misspelt_name_is_named_with_its_close_matches() -> None:
     role = str(ROOT / "roles/vllm_server")
-    names = ["vllm_server_api_kye", "vllm_server_api_key", "vllm_server_version",
+    names = ["vllm_server_api_kye", "vllm_server_api_key", "vllm_install_version",
              "vllm_plan_options", "_vllm_server_changed", "vllm_server_zzzz_qqqq"]
     assert unknown_role_vars(names, role) == [
         "vllm_server_api_kye: unknown to role vllm_server (did you mean vllm_server_api_key?)",
@@ -42,7 +42,7 @@ def test_misspelt_name_is_named_with_its_close_matches() -> None:
 
 
 def test_role_default_reads_the_producer_roles_defaults_file() -> None:
-    assert role_default("vllm_server_root") == "/srv/vllm"
+    assert role_default("vllm_install_root") == "/srv/vllm"
     assert role_default("engine_gateway_admin_socket") == "/run/haproxy/admin.sock"
     assert role_default("gpu_metrics_node_exporter_port") == 9100
     with pytest.raises(RoleDefaultError, match="vllm_server_nonesuch: not a default of role"):

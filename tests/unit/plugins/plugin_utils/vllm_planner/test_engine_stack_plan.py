@@ -108,7 +108,7 @@ def test_example_inventory_with_debian_driver_is_refused_naming_r580() -> None:
     assert result.returncode != 0
     out = result.stdout
     assert "[REFUSED] driver_cannot_run_engine" in out
-    assert "R580" in out and "vllm_server_version" in out
+    assert "R580" in out and "vllm_install_version" in out
     assert "Traceback" not in out + result.stderr
 
 

@@ -335,7 +335,7 @@ def test_debian13_driver_refuses_the_pinned_engine_with_every_fix() -> None:
     assert "nvidia_driver_version 550.163.01" in message and "R550" in message
     assert f"nvidia_driver_source: nvidia_repo with nvidia_driver_version: " \
            f"{DEFAULT_NVIDIA_REPO_DRIVER}" in message
-    assert "vllm_server_version: 0.19.1" in message
+    assert "vllm_install_version: 0.19.1" in message
     assert engine_stack("0.19.1").cuda == "12.8"
     assert "nvidia_driver_cuda_compat" not in message  # R550 is no forward-compat base
 
@@ -343,7 +343,7 @@ def test_debian13_driver_refuses_the_pinned_engine_with_every_fix() -> None:
 def test_debian12_driver_offers_forward_compat_on_data_center_gpus() -> None:
     message = problem("0.32.0", DEBIAN12_DRIVER, gpu="H100-SXM")
     assert "(a) nvidia_driver_source: nvidia_repo" in message
-    assert "(b) vllm_server_version: 0.19.1" in message
+    assert "(b) vllm_install_version: 0.19.1" in message
     assert "(c) nvidia_driver_cuda_compat: true (installs cuda-compat-13-0" in message
     assert problem("0.32.0", DEBIAN12_DRIVER, gpu="H100-SXM", compat=True) == ""
 
@@ -375,7 +375,7 @@ def test_every_incoherent_pair_names_both_fixes(driver: str) -> None:
         message = problem(release, driver, gpu="H100-SXM")
         if cuda.startswith("13."):
             assert "R580" in message and "(a) nvidia_driver_source: nvidia_repo" in message
-            assert f"vllm_server_version: {suggestion}," in message, release
+            assert f"vllm_install_version: {suggestion}," in message, release
             assert engine_stack(suggestion).cuda is not None
             assert problem(suggestion, driver, gpu="H100-SXM") == ""  # the fix really works
         else:
@@ -424,7 +424,7 @@ def test_release_without_cuda_says_how_to_regenerate() -> None:
 
 def test_bad_engine_version_is_named() -> None:
     message = problem("0.4.0", DEBIAN13_DRIVER)
-    assert message.startswith("vllm_server_version: ")
+    assert message.startswith("vllm_install_version: ")
     assert "older than the oldest supported release" in message
 
 

@@ -75,8 +75,8 @@ def test_non_final_builds_are_refused_with_the_fix(text: str, kind: str, final: 
 @pytest.mark.parametrize("value", ["latest", "", "0.x", "1!0.6.0", None, 0.6, ["0.6.0"]])
 def test_non_versions_are_refused(value: object) -> None:
     with pytest.raises(PlanError) as err:
-        parse_version(value, "vllm_server_version")
-    assert err.value.field == "vllm_server_version"
+        parse_version(value, "vllm_install_version")
+    assert err.value.field == "vllm_install_version"
     assert "release" in err.value.fix
 
 

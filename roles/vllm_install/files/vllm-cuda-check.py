@@ -1,7 +1,7 @@
 """vllm-cuda-check: can the engine's torch use this host's NVIDIA driver?
 
 Run by the engine's virtual environment's python after the install and before any unit
-changes (roles/vllm_server, tasks/finish_install.yml). Prints one JSON object
+changes (roles/vllm_install, tasks/finish_install.yml). Prints one JSON object
 {"status": "ok" | "skipped" | "fail", "message": ..., "facts": {...}} and exits 0 (ok,
 skipped) or 1 (fail).
 
@@ -28,7 +28,7 @@ FIX = (
     "Fix: install a driver that supports CUDA {torch} (the R580 branch or newer for CUDA "
     "13.x, the R525 branch or newer for 12.x; roles/nvidia_driver), or NVIDIA's "
     "cuda-compat package for CUDA {torch} on a datacenter GPU, or pin an older engine "
-    "(vllm_server_version) whose torch was built for CUDA {driver} or older."
+    "(vllm_install_version) whose torch was built for CUDA {driver} or older."
 )
 
 
