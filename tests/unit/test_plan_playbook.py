@@ -135,7 +135,7 @@ def _planned_release(out: str) -> set[str]:
     return set(re.findall(r"^\s*vllm\s+([0-9][^ ]*) \(", out, re.MULTILINE))
 
 
-def test_the_plan_is_for_the_one_pin_vllm_server_version(tmp_path: Path) -> None:
+def test_the_plan_is_for_the_one_pin_vllm_install_version(tmp_path: Path) -> None:
     """Issue 22, item 4: vllm_install_version (what the engine installs) feeds the planner;
     the planner's own vllm_version option in vllm_plan_options is refused, naming the fix."""
     inventory = write_inventory(tmp_path, {"gpu": "H200", "tensor_parallel_size": 2})

@@ -52,7 +52,7 @@ def test_debian_550_with_the_pinned_engine_is_refused_with_both_fixes() -> None:
     message = hazard["message"]
     assert "R580" in message and "550.163.01" in message
     assert "nvidia_driver_source: nvidia_repo" in message
-    suggested = re.search(r"vllm_server_version: ([0-9.]+),", message)
+    suggested = re.search(r"vllm_install_version: ([0-9.]+),", message)
     assert suggested, message
     older = engine_stack(suggested.group(1))
     assert older.cuda is not None and older.cuda.startswith("12.")
