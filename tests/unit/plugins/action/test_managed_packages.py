@@ -17,7 +17,7 @@ import pytest
 from _scripts import ansible_env
 from test_plan_playbook import PLAYBOOK
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 from ansible_collections.vllm_fleet.serving.plugins.action.managed_packages import (  # noqa: E402
     all_installed,
     check_args,

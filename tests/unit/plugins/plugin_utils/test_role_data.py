@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 from ansible_collections.vllm_fleet.serving.plugins.filter import (  # noqa: E402
     kv_plan as kv_plan_filters,

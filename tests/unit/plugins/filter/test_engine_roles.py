@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "filter_plugins"))
-
-from engine_roles import kernel_pin_conflicts, replica_commands, replica_files  # noqa: E402
+from ansible_collections.vllm_fleet.serving.plugins.filter.engine_roles import (
+    kernel_pin_conflicts,
+    replica_commands,
+    replica_files,
+)
 
 KERNELS = ["flashinfer-cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130"]
 
@@ -68,7 +66,9 @@ def test_replica_files_take_names_too() -> None:
 
 
 def test_kv_cache_tokens_prefers_the_logged_size() -> None:
-    from engine_roles import kv_cache_tokens
+    from ansible_collections.vllm_fleet.serving.plugins.filter.engine_roles import (
+        kv_cache_tokens,
+    )
     page = ('# HELP x\nvllm:cache_config_info{block_size="16",num_gpu_blocks="100",'
             'kv_cache_size_tokens="1500"} 1.0\n')
     assert kv_cache_tokens(page) == {"tokens": 1500, "blocks": 100, "block_size": 16}
