@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 
 def _normalized(requirement: str) -> str:
@@ -58,21 +58,32 @@ REPLICA_TEMPLATES = ("vllm.env.j2", "launch.sh.j2", "vllm.service.j2")
 
 
 def replica_files(replicas: Sequence[Mapping[str, Any] | str], config_dir: str, root: str,
-                  unit_dir: str = "/etc/systemd/system") -> list[dict[str, str]]:
+                  unit_dir: str = "/etc/systemd/system",
+                  with_replica: bool = False) -> list[dict[str, Any]]:
     """Each replica's environment file, launch script and unit: replica name, template and
-    live path, in that order per replica. A replica is a mapping with a name, or a name."""
-    out = []
+    live path, in that order per replica. A replica is a mapping with a name, or a name.
+
+    with_replica: each entry is instead the replica's own mapping with the file under the
+    key ``file`` ({template, path}), so that a task looping over the files renders the
+    role's templates with ``item`` as the replica they read."""
+    out: list[dict[str, Any]] = []
     for replica in replicas:
-        if isinstance(replica, str) and replica:
+        if isinstance(replica, str) and replica and not with_replica:
             name = replica
         elif isinstance(replica, Mapping) and "name" in replica:
             name = str(replica["name"])
         else:
-            raise ValueError(f"replica {replica!r} has no name")
+            raise ValueError(f"replica {replica!r} has no name"
+                             + (" (with_replica needs the replica's mapping)"
+                                if with_replica else ""))
         paths = (f"{config_dir}/{name}.env", f"{root}/bin/{name}.sh",
                  f"{unit_dir}/{name}.service")
-        out += [{"replica": name, "template": template, "path": path}
-                for template, path in zip(REPLICA_TEMPLATES, paths, strict=True)]
+        for template, path in zip(REPLICA_TEMPLATES, paths, strict=True):
+            if with_replica:
+                out.append({**cast(Mapping[str, Any], replica),
+                            "file": {"template": template, "path": path}})
+            else:
+                out.append({"replica": name, "template": template, "path": path})
     return out
 
 

@@ -75,3 +75,16 @@ def test_kv_cache_tokens_prefers_the_logged_size() -> None:
     page = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="100"} 1.0\n'
     assert kv_cache_tokens(page) == {"tokens": 1600, "blocks": 100, "block_size": 16}
     assert kv_cache_tokens("nothing") == {"tokens": 0, "blocks": -1, "block_size": 0}
+
+
+def test_replica_files_with_replica_carries_each_replica_and_its_file() -> None:
+    replicas = [{"name": "vllm-0", "port": 8000}, {"name": "vllm-1", "port": 8001}]
+    files = replica_files(replicas, "/etc/vllm", "/srv/vllm", with_replica=True)
+    assert [(f["name"], f["port"], f["file"]["template"]) for f in files] == [
+        ("vllm-0", 8000, "vllm.env.j2"), ("vllm-0", 8000, "launch.sh.j2"),
+        ("vllm-0", 8000, "vllm.service.j2"), ("vllm-1", 8001, "vllm.env.j2"),
+        ("vllm-1", 8001, "launch.sh.j2"), ("vllm-1", 8001, "vllm.service.j2")]
+    assert files[4]["file"]["path"] == "/srv/vllm/bin/vllm-1.sh"
+    assert "file" not in replicas[0]  # the replicas themselves are not changed
+    with pytest.raises(ValueError, match="with_replica needs the replica's mapping"):
+        replica_files(["vllm-0"], "/etc/vllm", "/srv/vllm", with_replica=True)
