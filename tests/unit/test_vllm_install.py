@@ -177,7 +177,7 @@ def test_gpu_build_of_the_pinned_release_installs_its_kernels_in_the_same_resolu
     assert out["environment"] == {
         "VLLM_INSTALL_PYTHON": "/usr/bin/python3", "UV_CACHE_DIR": "/srv/vllm/.uv-cache",
         "PIP_CONFIG_FILE": "/srv/vllm/installer/pip.conf",
-        "UV_CONFIG_FILE": "/srv/vllm/installer/uv.toml"}
+        "UV_CONFIG_FILE": "/srv/vllm/installer/uv.toml", "UV_COMPILE_BYTECODE_TIMEOUT": "600"}
     lines = out["constraints"].splitlines()
     assert lines[1:4] == ["vllm==0.32.0", *KERNELS_0_32]
 
