@@ -5,15 +5,12 @@ ansible.builtin.systemd_service; arguments it does not take are refused with the
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _scripts import ansible_env
+from _scripts import counted_project, run_counted
 from test_plan_playbook import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -38,12 +35,7 @@ PLAY = """
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "site.yml").write_text(PLAY)
-    # Counts the module runs: every module call starts this interpreter once.
-    counter = tmp_path / "python"
-    counter.write_text(f"#!/bin/sh\necho x >> {tmp_path}/calls\nexec {sys.executable} \"$@\"\n")
-    counter.chmod(0o755)
-    (tmp_path / "bin").mkdir()
+    counted_project(tmp_path, PLAY)
     return tmp_path
 
 
@@ -58,18 +50,7 @@ def fake_systemctl(project: Path, enabled: str, active: str) -> None:
 
 
 def play(project: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], int, dict[str, Any]]:
-    (project / "calls").unlink(missing_ok=True)
-    env = ansible_env(False, ANSIBLE_ACTION_PLUGINS=str(ROOT / "plugins/action"),
-                      ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-                      ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    env["PATH"] = f"{project / 'bin'}:{env.get('PATH', os.environ['PATH'])}"
-    proc = subprocess.run(
-        [PLAYBOOK, "-i", "localhost,", str(project / "site.yml"),
-         "-e", f"ansible_python_interpreter={project}/python", *args],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
-    calls = len((project / "calls").read_text().splitlines()) if (project / "calls").exists() else 0
-    report = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
-    return proc, calls, report
+    return run_counted(project, PLAYBOOK, *args)
 
 
 def test_an_enabled_active_unit_is_unchanged_without_a_module(project: Path) -> None:
