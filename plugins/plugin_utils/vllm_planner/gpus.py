@@ -21,6 +21,9 @@ class Gpu:
     name: str
     memory_bytes: int
     fp8: bool
+    # CUDA compute capability x 10 (H100/H200: 90). vLLM picks kernels by it, and some
+    # kernels shape the KV cache (the FlashInfer GDN prefill kernel on SM90, vLLM 0.33+).
+    sm: int = 90
 
 
 def _gib(value: float) -> int:
@@ -37,9 +40,9 @@ CATALOG: dict[str, Gpu] = {
         Gpu("H100-NVL", _gib(93.10), True),
         Gpu("H200", _gib(139.80), True),
         Gpu("H200-NVL", _gib(139.80), True),
-        Gpu("A100-80GB", _gib(79.15), False),
-        Gpu("A100-40GB", _gib(39.38), False),
-        Gpu("L40S", _gib(44.39), True),
+        Gpu("A100-80GB", _gib(79.15), False, 80),
+        Gpu("A100-40GB", _gib(39.38), False, 80),
+        Gpu("L40S", _gib(44.39), True, 89),
     )
 }
 
@@ -66,8 +69,21 @@ def _key(name: str) -> str:
 _INDEX = {_key(name): name for name in CATALOG} | ALIASES
 
 
+def _capability(value: Mapping[object, object]) -> int:
+    raw = value.get("compute_capability", "9.0")
+    match = re.fullmatch(r"(\d{1,2})\.(\d)", str(raw).strip()) if not isinstance(raw, bool) \
+        else None
+    if match is None:
+        raise PlanError("gpu.compute_capability", f"must be major.minor such as 9.0, got {raw!r}",
+                        "give the CUDA compute capability nvidia-smi reports "
+                        "(nvidia-smi --query-gpu=compute_cap --format=csv)")
+    return int(match.group(1)) * 10 + int(match.group(2))
+
+
 def resolve_gpu(value: object) -> Gpu:
-    """A catalog name (case and punctuation ignored) or a mapping {name, memory_bytes[, fp8]}."""
+    """A catalog name (case and punctuation ignored) or a mapping
+    {name, memory_bytes[, fp8][, compute_capability]} (compute capability such as 9.0; the
+    default 9.0 is Hopper, the H100/H200 this project targets)."""
     if isinstance(value, str):
         found = _INDEX.get(_key(value))
         if found is None:
@@ -93,6 +109,6 @@ def resolve_gpu(value: object) -> Gpu:
         if not isinstance(fp8, bool):
             raise PlanError("gpu.fp8", f"must be true or false, got {fp8!r}",
                             "say whether the GPU stores fp8 KV cache natively")
-        return Gpu(str(name or "custom"), memory, fp8)
+        return Gpu(str(name or "custom"), memory, fp8, _capability(value))
     raise PlanError("gpu", "is missing or not a name or mapping",
                     "set gpu to a catalog name such as H200, or {name, memory_bytes}")

@@ -11,7 +11,8 @@ Pure arithmetic over a :class:`~vllm_planner.model.Geometry`, following the V1 e
   (0.17+; Qwen3.5 copies its config's ``mamba_ssm_dtype`` into it).
 * Block size (``Platform._align_hybrid_block_size``): with linear layers the attention block
   becomes ``A x cdiv(mamba_page, A x attn_page_per_token)``, ``A = max(16, block_size)``, and
-  the state page is padded to the attention page.
+  the state page is padded to the attention page. 0.33+ on SM90 with prefix caching ("align"
+  mode): ``A`` is also a multiple of 64, the FlashInfer GDN prefill checkpoint alignment.
 * Groups (``_get_kv_cache_groups_uniform_page_size``): layers bucketed by spec; the group size
   is the smallest bucket (the largest when it is under 1.5x the smallest); each bucket splits
   into ``cdiv(n, group_size)`` groups, padded. One pool: ``num_blocks = available //
@@ -19,7 +20,8 @@ Pure arithmetic over a :class:`~vllm_planner.model.Geometry`, following the V1 e
 * Per request (``max_memory_usage_bytes``): full ``cdiv(len, block)``; sliding
   ``cdiv(min(window - 1 + extra + in_flight, len), block) + 1`` with in-flight tokens
   ``2 x max_num_batched_tokens`` from 0.26 (async scheduling), ``max_num_batched_tokens``
-  before; state ``1 + num_spec`` blocks, ``2 + num_spec`` with prefix caching ("align" mode).
+  before; state ``1 + num_spec`` blocks, ``2 + num_spec`` with prefix caching ("align" mode),
+  one more from 0.33 where the layers export prefill checkpoints (FlashInfer GDN, SM90).
 * ``max_concurrency = num_blocks / sum of per-request blocks over groups``
   (``get_max_concurrency_for_kv_cache_config``), the float vLLM logs as "Maximum concurrency
   for N tokens per request".
@@ -32,6 +34,7 @@ own functions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -41,6 +44,8 @@ from .model import DTYPE_BYTES, FULL, GDN_MODEL_TYPES, LINEAR, SLIDING, Geometry
 Version = tuple[int, ...]  # versions.Version: (0, 32, 0), (0, 10, 1, 1)
 
 KERNEL_BLOCK = 16  # smallest kernel block of FlashAttention / FlashInfer / Triton on CUDA
+# FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (vllm/v1/attention/backends/gdn_attn.py, 0.33+)
+GDN_CHECKPOINT_ALIGNMENT = 64
 GROUP_SIZE_SLACK = 1.5  # vLLM pads the smaller bucket up when max < 1.5 x min
 # Releases where a rule changed (read in the released wheels, ../shared notes, and 0.32.0).
 SSM_DTYPE_FLAG_SINCE = (0, 17, 0)  # GDN honours --mamba-ssm-cache-dtype; Qwen3.5 hook
@@ -65,6 +70,9 @@ class CacheOptions:
     mamba_ssm_cache_dtype: str = "auto"
     disable_hybrid_kv_cache_manager: bool = False
     max_num_batched_tokens: int = 8192
+    # The Gated DeltaNet prefill checkpoint alignment in "align" mode (64 with FlashInfer's
+    # GDN prefill kernel, vLLM 0.33+ on SM90; 0 = the layers export no checkpoints).
+    gdn_checkpoint_alignment: int = 0
 
 
 @dataclass(frozen=True)
@@ -236,10 +244,13 @@ def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLa
         align = max(KERNEL_BLOCK, block)
         if geo.is_mla:
             align = max(align, 128)
+        checkpoints = bool(prefix and opts.gdn_checkpoint_alignment)
+        if checkpoints:  # 0.33+: prefill checkpoints land on block boundaries
+            align = math.lcm(align, opts.gdn_checkpoint_alignment)
         needed = align * -(-state_page // (align * attn_token))
         block = max(block, needed)
         mode = "align" if prefix else "none"
-        state_blocks = (2 if prefix else 1) + opts.num_speculative_tokens
+        state_blocks = (2 if prefix else 1) + opts.num_speculative_tokens + int(checkpoints)
     page = attn_token * block
 
     buckets = [(kind, n) for kind, n in ((FULL, n_full), (SLIDING, n_sliding),

