@@ -158,10 +158,12 @@ ifdef VLLM
 oracle: dev
 	python=$$(scripts/oracle-env.sh $(VLLM)) && VLLM_ORACLE_PYTHON=$$python \
 	  KV_ORACLE_RELEASE=$(VLLM) KV_ORACLE_WRITE=1 \
-	  pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py
+	  pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py \
+	  tests/unit/plugins/plugin_utils/vllm_planner/test_release_argv.py
 else
 oracle: engine-image
-	KV_ORACLE=1 pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py
+	KV_ORACLE=1 pytest -s tests/unit/plugins/plugin_utils/vllm_planner/test_kv_oracle.py \
+	  tests/unit/plugins/plugin_utils/vllm_planner/test_release_argv.py
 endif
 
 # The execution environment (execution-environment.yml, ansible-builder v3): `ee-check` makes

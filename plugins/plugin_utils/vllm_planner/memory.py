@@ -69,9 +69,18 @@ def reserve(geo: Geometry, engine: EngineTraits, tp: int, tokens: int, max_num_s
     return Reserve(activation_bytes(geo, engine, tp, tokens, max_num_seqs, act_bytes), non_torch)
 
 
+def graph_bytes(max_num_seqs: int, enforce_eager: bool) -> int:
+    """The CUDA graphs' memory pool (none with enforce_eager)."""
+    return 0 if enforce_eager else CUDA_GRAPH_BASE + CUDA_GRAPH_PER_SEQ * min(max_num_seqs, 512)
+
+
+def in_budget_graph_bytes(engine: EngineTraits, max_num_seqs: int, enforce_eager: bool) -> int:
+    """Graph memory the engine takes from its budget before it sizes the pool (the
+    extensible KV cache measures after capture, 0.34+); 0 where graphs come after."""
+    return graph_bytes(max_num_seqs, enforce_eager) if engine.cuda_graphs_in_budget else 0
+
+
 def outside_budget_bytes(engine: EngineTraits, max_num_seqs: int, enforce_eager: bool) -> int:
     """Memory the engine uses beyond its utilization budget at run time."""
-    graphs = 0
-    if not enforce_eager and not engine.cuda_graphs_in_budget:
-        graphs = CUDA_GRAPH_BASE + CUDA_GRAPH_PER_SEQ * min(max_num_seqs, 512)
+    graphs = 0 if engine.cuda_graphs_in_budget else graph_bytes(max_num_seqs, enforce_eager)
     return graphs + RUNTIME_MARGIN

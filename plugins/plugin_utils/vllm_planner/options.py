@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from . import kv_manager
@@ -41,8 +41,17 @@ OPTIONS = frozenset({
     "vllm_version", "hazard_overrides", "allow_fp8_kv_cache", "quantization", "model",
     "served_model_name", "host", "port", "enforce_eager", "enable_prefix_caching",
     "extra_flags", "refuse_hazards", "engine_package", "driver", "speculative_config",
-    "mamba_ssm_cache_dtype", "disable_hybrid_kv_cache_manager",
+    "mamba_ssm_cache_dtype", "disable_hybrid_kv_cache_manager", "kv_cache_sizing",
 })
+# How the engine's KV pool is sized (plan["kv_cache_sizing"]):
+#   given     the operator's kv_cache_memory_bytes: the pool is exactly that
+#   profiled  before 0.34: budget minus the profiled peak, before graph capture (the plan's
+#             pool is a calibrated estimate that never over-promises)
+#   planned   0.34+ default: the plan writes its pool as --kv-cache-memory-bytes (the
+#             extensible cache is then off): the pool is exactly the plan's
+#   measured  0.34+ on request: the engine measures free memory after graph capture and
+#             warm-up (extensible cache on); the plan's pool is a lower bound
+KV_SIZING_MODES = ("planned", "measured")
 WORKLOAD_KEYS = ("prompt_tokens_p50", "prompt_tokens_p95", "output_tokens_p50",
                  "output_tokens_p95", "concurrency")
 HAZARDS = ("runtime_oom", "preemption_storm", "ttft_spike", "context_exceeds_pool",
@@ -127,6 +136,7 @@ class PlanOptions:
     enable_chunked_prefill_set: bool
     max_model_len: int  # the option, else the workload's p95 (block-aligned), else the model's
     max_model_len_set: bool
+    kv_cache_sizing: str  # given, profiled, planned or measured (KV_SIZING_MODES)
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
     kv_cache_memory_bytes: int | None
@@ -200,6 +210,9 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
             if raw.get("max_num_seqs") is not None else None)
     batched = _max_num_batched_tokens(raw.get("max_num_batched_tokens"), chunked, max_model_len)
     kv_mem = _kv_cache_memory_bytes(raw.get("kv_cache_memory_bytes"), engine)
+    sizing = _kv_cache_sizing(raw.get("kv_cache_sizing"), engine, kv_mem)
+    if sizing == "measured":  # CUDA graphs are captured inside the budget, before sizing
+        engine = replace(engine, cuda_graphs_in_budget=True)
     if seqs is not None and batched is not None and batched < seqs:
         raise batched_below_seqs(batched, seqs)  # the plan checks the max_num_seqs it picks
     return PlanOptions(
@@ -215,7 +228,7 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
         mamba_ssm_cache_dtype_set=raw.get("mamba_ssm_cache_dtype") is not None,
         enable_chunked_prefill=chunked, enable_chunked_prefill_set=chunk_set is not None,
         max_model_len=max_model_len, max_model_len_set=mml_set, max_num_seqs=seqs,
-        max_num_batched_tokens=batched, kv_cache_memory_bytes=kv_mem,
+        max_num_batched_tokens=batched, kv_cache_memory_bytes=kv_mem, kv_cache_sizing=sizing,
         engine_package=_engine_package(raw.get("engine_package")),
         driver=_driver(raw.get("driver")),
         model=str(raw["model"]) if raw.get("model") else None,
@@ -536,6 +549,26 @@ def _kv_cache_memory_bytes(value: object, engine: EngineTraits) -> int | None:
                         f"vLLM {engine.label} has no --kv-cache-memory-bytes",
                         "use gpu_memory_utilization, or plan for vLLM 0.11 or newer")
     return positive_int(value, "kv_cache_memory_bytes", "give bytes per GPU")
+
+
+def _kv_cache_sizing(value: object, engine: EngineTraits, kv_mem: int | None) -> str:
+    """How the engine sizes its pool (KV_SIZING_MODES); the option chooses from 0.34.0."""
+    if value is not None and (not isinstance(value, str) or value not in KV_SIZING_MODES):
+        raise PlanError("kv_cache_sizing", f"must be planned or measured, got {value!r}",
+                        "leave it open (planned: the pool is exactly the plan's)")
+    if kv_mem is not None:
+        if value == "measured":
+            raise PlanError("kv_cache_sizing", "measured contradicts kv_cache_memory_bytes "
+                            "(vLLM turns the extensible KV cache off when it is given)",
+                            "remove one of them")
+        return "given"
+    if not engine.extensible_kv_default:
+        if value is not None:
+            raise PlanError("kv_cache_sizing", f"vLLM {engine.label} sizes the pool by "
+                            "profiling, before CUDA graph capture; the choice arrived in 0.34.0 "
+                            "with the extensible KV cache", "remove the option")
+        return "profiled"
+    return str(value or "planned")
 
 
 def _engine_package(value: object) -> str:

@@ -171,6 +171,7 @@ class Plan:
             "layer_mix": self.geometry.layer_mix(),
             "kv_cache_manager": _layout_summary(z.layout),
             "kv_pool_tokens": z.pool_tokens,
+            "kv_cache_sizing": o.kv_cache_sizing,
             "max_model_len": z.max_model_len,
             "max_concurrency": z.max_concurrency,
             "concurrency_seq_len": z.seq_len,
@@ -237,8 +238,9 @@ class _Memory:
                                        o.enable_chunked_prefill)
         res = memory.reserve(self.geo, o.engine, o.tensor_parallel_size, tokens, num_seqs,
                              DTYPE_BYTES[o.dtype])
+        graphs = memory.in_budget_graph_bytes(o.engine, num_seqs, o.enforce_eager)
         pool = (o.kv_cache_memory_bytes if o.kv_cache_memory_bytes is not None
-                else max(0, self.budget - self.weights_per_gpu - res.total))
+                else max(0, self.budget - self.weights_per_gpu - res.total - graphs))
         return res, pool
 
 
@@ -373,6 +375,8 @@ def _flags(o: PlanOptions, z: Sizing) -> Mapping[str, FlagValue]:
     flags: dict[str, FlagValue] = {"tensor_parallel_size": o.tensor_parallel_size}
     if o.kv_cache_memory_bytes is not None:
         flags["kv_cache_memory_bytes"] = o.kv_cache_memory_bytes
+    elif o.kv_cache_sizing == "planned":  # 0.34+: the plan's pool, exactly
+        flags["kv_cache_memory_bytes"] = z.pool
     else:
         flags["gpu_memory_utilization"] = round(o.gpu_memory_utilization, 4)
     flags.update({
@@ -580,6 +584,17 @@ def _notes(o: PlanOptions, z: Sizing) -> tuple[str, ...]:
                      f"{z.max_concurrency} p95-length sequences one replica holds: the excess "
                      "queues (the plateau); add replicas"
                      + ("" if o.kv_cache_dtype.startswith("fp8") else " or an fp8 KV cache"))
+    if o.kv_cache_sizing == "planned":
+        notes.append(f"vLLM {o.engine.label} sizes the KV pool after CUDA graph capture by "
+                     "default (the extensible KV cache); the plan writes its pool as "
+                     "--kv-cache-memory-bytes, which turns that off: the pool is exactly the "
+                     "plan's (kv_cache_sizing: measured lets the engine measure, the plan's "
+                     "pool then a lower bound)")
+    elif o.kv_cache_sizing == "measured":
+        notes.append(f"vLLM {o.engine.label} measures the KV pool after CUDA graph capture "
+                     "and warm-up (the extensible KV cache): the plan's pool and max_num_seqs "
+                     "rest on a lower bound (graphs counted inside the budget); the "
+                     "post-deploy check reads the pool the engine settles on")
     if z.layout is not None and z.layout.block_size != o.block_size:
         notes.append(f"vLLM enlarges the attention block from {o.block_size} to "
                      f"{z.layout.block_size} tokens so one attention page holds one "

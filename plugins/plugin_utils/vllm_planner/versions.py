@@ -25,7 +25,7 @@ else:
 # The version the project deploys by default (roles/vllm_server pins the same).
 PINNED_VERSION = "0.32.0"
 # Newest release whose flags and memory behaviour the table was checked against.
-NEWEST_KNOWN = (0, 33, 0)
+NEWEST_KNOWN = (0, 34, 0)
 OLDEST_SUPPORTED = (0, 5, 0)
 
 # A release's number: (0, 32, 0), or (0, 10, 1, 1) for vLLM's four-part 0.10.1.1. At least
@@ -203,6 +203,10 @@ class EngineTraits:
     # (0.33.0+): in "align" mode the block is a multiple of 64 and each request holds one
     # more state block (QwenGatedDeltaNetAttention.get_kv_cache_spec).
     gdn_prefill_checkpoints: bool = False
+    # The extensible KV cache is the CUDA default (0.34.0+): the engine captures CUDA graphs
+    # and warms up first, then sizes the pool from the memory actually free; given
+    # --kv-cache-memory-bytes (or --num-gpu-blocks-override) it sizes the classic way.
+    extensible_kv_default: bool = False
 
     @property
     def label(self) -> str:
@@ -218,6 +222,7 @@ MIB = 1 << 20
 
 
 BLOCK_64_SINCE = (0, 34, 0)  # CacheConfig.DEFAULT_BLOCK_SIZE 16 -> 64
+EXTENSIBLE_KV_SINCE = (0, 34, 0)  # CacheConfig.enable_extensible_kv_cache on CUDA
 GDN_CHECKPOINTS_SINCE = (0, 33, 0)
 
 
@@ -239,6 +244,7 @@ def traits(version: Version) -> EngineTraits:
         non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
         default_block_size=64 if version >= BLOCK_64_SINCE else 16,
         gdn_prefill_checkpoints=version >= GDN_CHECKPOINTS_SINCE,
+        extensible_kv_default=version >= EXTENSIBLE_KV_SINCE,
     )
 
 

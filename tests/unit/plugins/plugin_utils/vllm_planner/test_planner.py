@@ -244,7 +244,7 @@ HAZARD_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # Issue 20 item 9: a release newer than the flag table, refused unless overridden.
     "unknown_vllm_version": (QWEN25_72B, {"tensor_parallel_size": 2, "max_model_len": 32768,
                                           "vllm_version": "0.40.0"},
-                             "newer than the flag and memory table (0.33.0)"),
+                             "newer than the flag and memory table (0.34.0)"),
 }
 
 

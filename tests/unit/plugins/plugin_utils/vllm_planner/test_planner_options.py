@@ -204,7 +204,7 @@ def test_the_plan_dict_has_todays_keys_in_todays_order() -> None:
         "reserved_bytes_per_gpu", "budget_bytes_per_gpu", "outside_budget_bytes_per_gpu",
         "kv_pool_bytes_per_gpu", "block_size", "num_gpu_blocks",
         "max_concurrency_at_max_model_len", "concurrency_at_p95", "layer_mix",
-        "kv_cache_manager", "kv_pool_tokens", "max_model_len", "max_concurrency",
+        "kv_cache_manager", "kv_pool_tokens", "kv_cache_sizing", "max_model_len", "max_concurrency",
         "concurrency_seq_len", "flags", "decided", "argv", "engine_stack", "hazards", "ok",
         "notes"]
 
