@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 # BEGIN RELEASES (scripts/vllm-release.py adds each release here)
+from .v0_32_0 import RELEASE as _v0_32_0
+
 _TABLES: tuple[dict[str, Any], ...] = (
+    _v0_32_0,
 )
 # END RELEASES
 
