@@ -13,10 +13,12 @@ from typing import Any
 # BEGIN RELEASES (scripts/vllm-release.py adds each release here)
 from .v0_32_0 import RELEASE as _v0_32_0
 from .v0_33_0 import RELEASE as _v0_33_0
+from .v0_34_0 import RELEASE as _v0_34_0
 
 _TABLES: tuple[dict[str, Any], ...] = (
     _v0_32_0,
     _v0_33_0,
+    _v0_34_0,
 )
 # END RELEASES
 
