@@ -26,7 +26,7 @@ SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 MYPY_CANDIDATES := plugins/modules plugins/action plugins/module_utils plugins/plugin_utils filter_plugins scripts bench molecule roles/gpu_metrics/files roles/model_artifacts/files roles/engine_restarts/files roles/vllm_server/files roles/vllm_install/files roles/benchmark/files
 MYPY_PATHS = $(foreach d,$(MYPY_CANDIDATES),$(if $(shell find $(d) -name '*.py' -print -quit 2>/dev/null),$(d)))
 
-.PHONY: help setup dev images lint docs unit oracle molecule test demo plan rebuild collection controller-test
+.PHONY: help setup dev images lint docs unit oracle release molecule test demo plan rebuild collection controller-test
 
 # The checkout as the collection (scripts/editable.sh): ansible-doc, ansible-playbook and Python
 # read it here.
@@ -49,6 +49,7 @@ help:
 	@echo "make unit-core2.20 / sanity-core2.20   the same on ansible-core 2.20 (.venv-core2.20)"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image);"
 	@echo "                VLLM=<release>: regenerate that release's stored verdicts from its wheel"
+	@echo "make release VLLM=X.Y.Z  absorb a vLLM release: its table from its wheel, the diff, the oracle"
 	@echo "make molecule   molecule test for every scenario: $(SCENARIOS)"
 	@echo "make ee-check   ansible-builder create of execution-environment.yml, context checked"
 	@echo "make ee-image   build the EE on the Debian 13 test image (podman), plan.yml inside it"
@@ -179,3 +180,8 @@ ee-check: dev
 ee-image: setup
 	scripts/build-images.sh debian13
 	scripts/ee-image.sh $(EE_PLAYBOOK)
+
+# Absorb a vLLM release: its per-release table from its wheel and its own code, the diff
+# against the previous release, then the oracle (scripts/vllm-release.py; docs/release.md).
+release: dev
+	python3 scripts/vllm-release.py $(VLLM)

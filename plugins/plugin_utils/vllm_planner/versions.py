@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import PlanError
+from .releases import RELEASES, release
 
 # ansible-core depends on packaging, so every controller has it; ansible-test's import check
 # runs plugins in an environment without it, where the planner must still import.
@@ -213,9 +214,9 @@ class EngineTraits:
         return ".".join(map(str, self.version))
 
     def supports(self, flag: str) -> bool:
-        """False only for a flag the table knows this release lacks; unknown flags pass."""
-        spec = FLAGS.get(flag)
-        return spec is None or spec.supported(self.version)
+        """False only for a flag this release is known to lack (flag_refusal); unknown flags
+        pass where the release has no generated table."""
+        return flag_refusal(flag, self.version) is None
 
 
 MIB = 1 << 20
@@ -265,3 +266,81 @@ def metric_names(version: Version) -> dict[str, str]:
         "ttft": "vllm:time_to_first_token_seconds",
         "e2e_latency": "vllm:e2e_request_latency_seconds",
     }
+
+
+# ---------------------------------------------------------------- generated release tables
+# Releases absorbed with scripts/vllm-release.py have a table read from their wheel
+# (releases/vX_Y_Z.py): every option their `vllm serve` parser accepts, the ones vLLM marks
+# deprecated, the pins the configured indexes lacked. For those releases the table decides;
+# for the others the hand history above (FLAGS) does.
+
+
+def _label(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
+def _table_versions() -> list[tuple[Version, str]]:
+    return sorted((parse_version(label), label) for label in RELEASES)
+
+
+def flag_refusal(flag: str, version: Version) -> str | None:
+    """Why vLLM ``version`` cannot take --flag, or None where it can (or nothing is known).
+
+    With a generated table for the release, a flag its parser lacks is refused, citing the
+    first release with a table that lacked it after one that had it ("removed in 0.34.0"),
+    and the deprecation that announced it; without a table, FLAGS judges (unknown flags pass).
+    """
+    name = flag.lstrip("-").replace("_", "-")
+    label = _label(version)
+    table = release(label)
+    spec = FLAGS.get(name)
+    hand = spec.refusal(name, version) if spec else None
+    if table is None:
+        newest = _table_versions()[-1] if RELEASES else None
+        if hand and newest and version > newest[0] and name in RELEASES[newest[1]]["flags"]:
+            return None  # the newest release read from its wheel takes it again
+        return hand
+    if name in table["flags"]:
+        return None
+    tables = _table_versions()
+    had = [v for v, t in tables if v < version and name in RELEASES[t]["flags"]]
+    if had:
+        last = max(had)
+        removed = min(v for v, t in tables if v > last and name not in RELEASES[t]["flags"])
+        deprecated = [v for v, t in tables if v <= last
+                      and name in RELEASES[t]["deprecated_flags"]]
+        why = ""
+        if deprecated:
+            first = min(deprecated)
+            message = RELEASES[_label(last)]["deprecated_flags"][name]["message"]
+            why = f" (deprecated since {_label(first)}: {message})"
+        return f"vLLM {label} has no --{name}: removed in {_label(removed)}{why}"
+    if hand:
+        return hand
+    newer = [v for v, t in tables if v > version and name in RELEASES[t]["flags"]]
+    if newer:
+        return f"vLLM {label} has no --{name}: it arrived in {_label(min(newer))}"
+    return f"vLLM {label} has no --{name}: its `vllm serve` parser lacks it"
+
+
+def flag_deprecation(flag: str, version: Version) -> str | None:
+    """A note where vLLM ``version`` marks --flag deprecated (it still takes it), else None."""
+    name = flag.lstrip("-").replace("_", "-")
+    table = release(_label(version))
+    if table is None or name not in table["deprecated_flags"]:
+        return None
+    dep = table["deprecated_flags"][name]
+    announced = dep["removal_announced"]
+    overdue = (f" (its removal was announced for {announced}; {_label(version)} still takes it)"
+               if announced and parse_version(announced) <= version else "")
+    return f"--{name}, deprecated in vLLM {_label(version)}: {dep['message']}{overdue}"
+
+
+def unresolved_pins(version_label: str) -> list[str]:
+    """The exact pins ("name==version") of a release the indexes read at absorption lacked.
+
+    Empty where the release has no table. The installer cannot resolve such a release from
+    those indexes; a site with its own wheelhouse carrying the pins can still choose it.
+    """
+    table = release(version_label)
+    return list(table["unresolved_pins"]) if table else []
