@@ -60,12 +60,16 @@ EXTRA_INPUTS = {
     # inventory sets none).
     "vllm_version": "vllm_install_version"
                     " | default('vllm_install_version' | vllm_fleet.serving.role_default)",
+    # Where the engine installs from: a site wheelhouse or index may carry pins PyPI lacks.
+    "install_source": "'site' if (vllm_install_uv_find_links | default('') | length > 0"
+                      " or vllm_install_uv_index_url | default('') | length > 0) else 'pypi'",
     # Debian's driver depends on the release: known where facts were gathered before.
     "release": "ansible_facts.distribution_release | default('')",
 }
 
 # The variables EXTRA_INPUTS read, but ansible_facts: its distribution_release stands for it.
-EXTRA_ROOTS = ("inventory_dir", "vllm_install_version")
+EXTRA_ROOTS = ("inventory_dir", "vllm_install_version", "vllm_install_uv_find_links",
+               "vllm_install_uv_index_url")
 
 # A template that reads more than the variables it names (another host's, the set of names,
 # a lookup's world) is evaluated for every host, never reused.
@@ -191,6 +195,7 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
         "served_model_name": served if len(str(served)) > 0 else None,
         "host": inputs["vllm_plan_host"], "vllm_version": inputs["vllm_version"],
         "engine_package": inputs["vllm_plan_engine_package"],
+        "install_source": inputs["install_source"],
         "driver": {**(inputs["vllm_plan_driver"] or {}), "debian_release": inputs["release"]},
         "refuse_hazards": False})
     replicas = plan_replicas(config, inputs["vllm_plan_gpu_count"],

@@ -81,16 +81,18 @@ def test_example_inventory_plans_the_hybrid_groups_with_their_layer_mix() -> Non
                                 "port 8000)")
     assert "/srv/vllm/models/Qwen3.5-397B-A17B-FP8/current" in qwen35
     assert "layers                    15 attention + 45 linear" in qwen35
-    assert "kv blocks                 9,527 x 1056 tokens" in qwen35
-    # 1 state block + 1 for prefix caching (align mode) + 2 speculative tokens.
-    assert "4 blocks/request" in qwen35
+    # vLLM 0.33 on an H200 (SM90): FlashInfer's GDN prefill checkpoints make the block a
+    # multiple of 64 (1056 on 0.32) and add a state block per request.
+    assert "kv blocks                 9,247 x 1088 tokens" in qwen35
+    # 1 state block + 1 for prefix caching (align mode) + 1 checkpoint + 2 speculative tokens.
+    assert "5 blocks/request" in qwen35
     assert '--speculative-config      {"method":"qwen3_5_mtp","num_speculative_tokens":2}' \
         in qwen35
     for replica in ("vllm-0 (GPUs 0,1,2,3, port 8000)", "vllm-1 (GPUs 4,5,6,7, port 8001)"):
         qnext = replica_table(out, f"h100-b.gpu.example.internal / {replica}")
         assert "/srv/vllm/models/Qwen3-Next-80B-A3B-Instruct/current" in qnext
         assert "layers                    12 attention + 36 linear" in qnext
-        assert "kv blocks                 9,604 x 544 tokens" in qnext
+        assert "kv blocks                 9,070 x 576 tokens" in qnext
         assert "hazards                   none" in qnext
     # The full-attention groups keep their model and print no layer mix.
     h200 = replica_table(out, "2 hosts / vllm-0")
@@ -265,3 +267,20 @@ def test_the_local_inventory_plans_from_its_locked_config() -> None:
     assert ("model                     /srv/vllm/models/tiny-qwen2/current" in result.stdout)
     assert ("config.json               models/tiny-qwen2/config.json, sha256 checked against"
             " models/tiny-qwen2.lock.yml") in result.stdout
+
+
+def test_the_example_plans_on_0_34_only_from_a_source_that_carries_its_pins() -> None:
+    """Issue 38: 0.34.0 pins flashinfer-python==0.7.3, which PyPI lacks. plan.yml refuses
+    it, naming the pin and both ways out; with a site wheelhouse it plans every group."""
+    refused = run_plan(ROOT / "inventories" / "example", "-e", "vllm_install_version=0.34.0")
+    assert refused.returncode != 0
+    text = " ".join(refused.stdout.split())
+    assert "vLLM 0.34.0 does not install from PyPI: it pins flashinfer-python==0.7.3" in text
+    assert "plan for 0.33.0 (vllm_install_version)" in text
+    assert "vllm_install_uv_find_links" in text
+    planned = run_plan(ROOT / "inventories" / "example", "-e", "vllm_install_version=0.34.0",
+                       "-e", "vllm_install_uv_find_links=/srv/wheelhouse")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    out = planned.stdout
+    assert out.count("0.34.0 (V1 engine)") >= 4  # the four groups' distinct plans
+    assert "--kv-cache-memory-bytes" in out and "changed=0" in out and "failed=0" in out

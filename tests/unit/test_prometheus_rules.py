@@ -54,13 +54,13 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
-    for version in ("0.32.0", "0.6.2"):
+    for version in ("0.34.0", "0.32.0", "0.6.2"):
         out[version] = render(tmp_path_factory.mktemp(version), version,
                               ROOT / "inventories" / "example")
     return out
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.6.2"])
+@pytest.mark.parametrize("version", ["0.34.0", "0.32.0", "0.6.2"])
 def test_rules_and_config_pass_promtool_check(rendered: dict[str, Path], version: str) -> None:
     out = rendered[version]
     result = promtool("check", "rules", str(out / "vllm.yml"))
@@ -153,7 +153,7 @@ def rule_metric_names(rules: Path) -> set[str]:
             if not n.startswith(("vllm:gpu_vram", "vllm_"))}
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.6.2"])
+@pytest.mark.parametrize("version", ["0.34.0", "0.32.0", "0.6.2"])
 def test_every_metric_the_rules_read_is_one_the_release_exports(rendered: dict[str, Path],
                                                                 version: str) -> None:
     """Drift check (issue 22, item 4): the names the rendered rules use for release V are in
@@ -172,10 +172,10 @@ def test_a_fleet_mid_upgrade_gets_rules_for_both_releases(tmp_path: Path) -> Non
                  host_vars={"h200-a.gpu.example.internal": {"vllm_install_version": "0.6.2"}})
     rules = out / "vllm.yml"
     both = set(metric_names(parse_version("0.6.2")).values()) | set(
-        metric_names(parse_version("0.32.0")).values())
+        metric_names(parse_version("0.33.0")).values())
     used = rule_metric_names(rules)
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= used <= both
-    assert "Rules for vLLM 0.32.0 and 0.6.2" in rules.read_text()
+    assert "Rules for vLLM 0.33.0 and 0.6.2" in rules.read_text()
     assert promtool("check", "rules", str(rules)).returncode == 0
     # The single-release tests' "other name" series now fires too: mid-upgrade it is a host
     # on the other release, whose full pool must page as well.
@@ -286,3 +286,14 @@ def test_alertmanager_input_is_refused_before_anything_changes(
     assert result.returncode == 2, out
     assert "Check Alertmanager's receivers and routes" in out
     assert named in out
+
+
+def test_a_fleet_half_on_0_32_and_half_on_0_34_gets_one_set_of_rules(tmp_path: Path) -> None:
+    """Issue 38: the CPU engine's release beside the newest; the names both export."""
+    out = render(tmp_path, None, ROOT / "inventories" / "example",
+                 host_vars={"h200-a.gpu.example.internal": {"vllm_install_version": "0.32.0"},
+                            "h200-b.gpu.example.internal": {"vllm_install_version": "0.34.0"}})
+    rules = out / "vllm.yml"
+    assert "Rules for vLLM 0.32.0 and 0.33.0 and 0.34.0" in rules.read_text()
+    assert rule_metric_names(rules) <= set(metric_names(parse_version("0.34.0")).values())
+    assert promtool("check", "rules", str(rules)).returncode == 0

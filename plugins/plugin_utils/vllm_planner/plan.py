@@ -33,7 +33,7 @@ from .options import (
     parse_options,
 )
 from .stack import engine_stack, min_driver_for_cuda, stack_problem
-from .versions import NEWEST_KNOWN
+from .versions import NEWEST_KNOWN, flag_deprecation
 
 __all__ = ["HAZARDS", "OPTIONS", "Hazard", "Plan", "Sizing", "StackPlan", "Workload",
            "build_plan", "kv_plan", "size"]
@@ -208,7 +208,7 @@ def build_plan(cfg: Mapping[str, Any], geo: Geometry, options: PlanOptions) -> P
     hazards = tuple(replace(h, reason=options.hazard_overrides.get(h.id)) for h in found)
     return Plan(model=model, options=options, geometry=geo, sizing=sizing, flags=flags,
                 decided=_decided(options), argv=_argv(options, model, flags),
-                engine_stack=stack, hazards=hazards, notes=_notes(options, sizing))
+                engine_stack=stack, hazards=hazards, notes=_notes(options, sizing, flags))
 
 
 @dataclass(frozen=True)
@@ -575,8 +575,9 @@ def _version_hazards(o: PlanOptions) -> list[Hazard]:
         "vllm_planner/versions.py and raise NEWEST_KNOWN")]
 
 
-def _notes(o: PlanOptions, z: Sizing) -> tuple[str, ...]:
-    notes: list[str] = []
+def _notes(o: PlanOptions, z: Sizing, flags: Mapping[str, FlagValue]) -> tuple[str, ...]:
+    notes: list[str] = [note for name in [*flags, *o.extra_flags]
+                        if (note := flag_deprecation(name, o.engine.version))]
     if o.float32_served_as_bfloat16:
         notes.append("float32 checkpoint: vLLM serves it in bfloat16 unless dtype is set")
     if o.workload is not None and o.workload.concurrency > z.max_concurrency:

@@ -24,7 +24,7 @@ else:
     PACKAGING_ERROR = None
 
 # The version the project deploys by default (roles/vllm_server pins the same).
-PINNED_VERSION = "0.32.0"
+PINNED_VERSION = "0.33.0"
 # Newest release whose flags and memory behaviour the table was checked against.
 NEWEST_KNOWN = (0, 34, 0)
 OLDEST_SUPPORTED = (0, 5, 0)
@@ -334,6 +334,11 @@ def flag_deprecation(flag: str, version: Version) -> str | None:
     overdue = (f" (its removal was announced for {announced}; {_label(version)} still takes it)"
                if announced and parse_version(announced) <= version else "")
     return f"--{name}, deprecated in vLLM {_label(version)}: {dep['message']}{overdue}"
+
+
+def installable_releases() -> list[Version]:
+    """The releases read from their wheels whose pins the public index resolved."""
+    return [v for v, label in _table_versions() if not RELEASES[label]["unresolved_pins"]]
 
 
 def unresolved_pins(version_label: str) -> list[str]:

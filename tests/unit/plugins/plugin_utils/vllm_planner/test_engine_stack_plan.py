@@ -39,7 +39,7 @@ def stack_hazards(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_the_pinned_engine_needs_cuda_13_and_r580() -> None:
     stack = plan(driver={"source": "nvidia_repo"})["engine_stack"]
-    assert (stack["vllm"], stack["torch"], stack["cuda"]) == ("0.32.0", "2.13.0", "13.0")
+    assert (stack["vllm"], stack["torch"], stack["cuda"]) == ("0.33.0", "2.14.0", "13.0")
     assert stack["min_driver_branch"] == 580
     assert stack["driver"]["version"] == DEFAULT_NVIDIA_REPO_DRIVER
     assert stack["driver"]["branch"] >= 580
@@ -99,7 +99,7 @@ def test_bad_driver_input_names_the_field(driver: dict[str, Any], field: str) ->
 def test_example_inventory_plan_shows_the_stack_and_passes() -> None:
     result = run_plan(EXAMPLE)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "vllm 0.32.0 -> torch 2.13.0 -> CUDA 13.0 -> driver R580+" in result.stdout
+    assert "vllm 0.33.0 -> torch 2.14.0 -> CUDA 13.0 -> driver R580+" in result.stdout
     assert f"{DEFAULT_NVIDIA_REPO_DRIVER} (nvidia_repo)" in result.stdout
 
 

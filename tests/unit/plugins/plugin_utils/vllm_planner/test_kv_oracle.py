@@ -118,7 +118,7 @@ def _cases(release: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
                 "gpu": "H200", "tensor_parallel_size": tp, "kv_cache_memory_bytes":
                 int(gib * GIB) + 12345, "max_model_len": max_len, "max_num_seqs": 256,
                 "max_num_batched_tokens": 8192, "kv_cache_dtype": kv, "refuse_hazards": False,
-                "vllm_version": release, **extra,
+                "vllm_version": release, "install_source": "site", **extra,
             }
             ident = f"{name}/tp{tp}/{kv}/{gib}GiB" + "".join(
                 f"/{k}={json.dumps(v, separators=(',', ':'))}" for k, v in extra.items())

@@ -290,7 +290,7 @@ def test_an_override_without_a_reason_is_refused() -> None:
 
 def test_the_notes_template_is_refused_on_current_vllm() -> None:
     """The notes' 2xH200 launch template, replayed against the pinned vLLM."""
-    with pytest.raises(PlanError, match=r"extra_flags\.preemption-mode: vLLM 0\.32\.0 has no "
+    with pytest.raises(PlanError, match=r"extra_flags\.preemption-mode: vLLM 0\.33\.0 has no "
                        r"--preemption-mode: removed in 0\.11\.0 \(with the V0 engine"):
         kv_plan(QWEN25_72B, gpu="H200", tensor_parallel_size=2,
                 extra_flags={"preemption-mode": "swap", "swap-space": 16})

@@ -3,6 +3,9 @@
 The block sizes below are the research notes' table (../shared/notes/vllm-hybrid-kv.md,
 Appendix B), which reproduced every logged "Setting attention block size" line found; the
 oracle (test_kv_oracle.py) checks the same arithmetic against vLLM's own functions.
+
+They plan for vLLM 0.32.0 unless a test names another release: from 0.33 an H100/H200 enlarges
+the block further (test_release_sizing.py).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Any
 import pytest
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
-    kv_plan,
     plan_table,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
+    kv_plan as _kv_plan,
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.model import (
     FULL,
@@ -27,6 +32,11 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.mo
 
 DATA = Path(__file__).resolve().parents[4] / "data"
 GIB = 1 << 30
+
+
+def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
+    """kv_plan for vLLM 0.32.0 (the research notes' release) unless the test names one."""
+    return _kv_plan(config, **{"vllm_version": "0.32.0", **opts})
 
 
 def _cfg(name: str) -> dict[str, Any]:

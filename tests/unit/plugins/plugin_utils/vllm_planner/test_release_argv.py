@@ -52,7 +52,8 @@ def _argvs(release: str) -> dict[str, list[str]]:
                 continue
             if "mamba_ssm_cache_dtype" in extra and "linear_attention" not in config:
                 continue
-            opts = {**as_role_passes({**options, **extra}, model), "vllm_version": release}
+            opts = {**as_role_passes({**options, **extra}, model), "vllm_version": release,
+                    "install_source": "site"}
             for replica in plan_replicas(config, gpus, 8000, **opts):
                 out[f"{group}{variant}/{replica['name']}"] = list(replica["plan"]["argv"])
     return out

@@ -12,6 +12,13 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner im
     PlanError,
     kv_plan,
 )
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.releases import (
+    RELEASES,
+)
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.versions import (
+    parse_version,
+    traits,
+)
 from test_planner_hybrid import _cfg
 
 GIB = 1 << 30
@@ -21,14 +28,15 @@ BASE = {"tensor_parallel_size": 2, "kv_cache_memory_bytes": 20 * GIB, "max_model
 
 @pytest.mark.parametrize(("release", "block"), [("0.32.0", 16), ("0.33.0", 16), ("0.34.0", 64)])
 def test_the_block_size_left_open_is_the_release_default(release: str, block: int) -> None:
-    plan = kv_plan(_cfg("Qwen__Qwen3-32B"), gpu="H200", vllm_version=release, **BASE)
+    plan = kv_plan(_cfg("Qwen__Qwen3-32B"), gpu="H200", vllm_version=release,
+                   install_source="site", **BASE)
     assert plan["block_size"] == block
     assert plan["flags"]["block_size"] == block  # written on the argv: the plan is explicit
 
 
 def test_a_given_block_size_is_kept_on_0_34() -> None:
     plan = kv_plan(_cfg("Qwen__Qwen3-32B"), gpu="H200", vllm_version="0.34.0", block_size=16,
-                   **BASE)
+                   install_source="site", **BASE)
     assert plan["block_size"] == 16
 
 
@@ -60,3 +68,13 @@ def test_a_custom_gpu_defaults_to_hopper_and_names_a_bad_capability() -> None:
     with pytest.raises(PlanError, match=r"gpu\.compute_capability.*nvidia-smi"):
         _hybrid({"name": "custom", "memory_bytes": 140 * GIB, "compute_capability": "nine"},
                 "0.33.0")
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_the_sizing_traits_equal_what_each_wheel_says(release: str) -> None:
+    """The planner's per-release sizing rules agree with the table read from the wheel
+    (scripts/vllm-release.py): a new release that moves one of them fails here."""
+    table = RELEASES[release]["sizing"]
+    engine = traits(parse_version(release))
+    assert engine.default_block_size == table["default_block_size"]
+    assert engine.extensible_kv_default == table["extensible_kv_cache_default"]

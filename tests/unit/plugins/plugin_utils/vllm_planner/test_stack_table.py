@@ -245,8 +245,8 @@ def test_same_torch_same_cuda() -> None:
 
 def test_pinned_release_needs_r580() -> None:
     stack = engine_stack(PINNED_VERSION)
-    assert PINNED_VERSION == "0.32.0"
-    assert (stack.vllm, stack.torch, stack.cuda) == ("0.32.0", "2.13.0", "13.0")
+    assert PINNED_VERSION == "0.33.0"
+    assert (stack.vllm, stack.torch, stack.cuda) == ("0.33.0", "2.14.0", "13.0")
     assert "cuda-toolkit" in stack.reason and "==13.0.3" in stack.reason
     assert min_driver_for_cuda(stack.cuda) == (580, "580.65.06")
 
