@@ -239,9 +239,10 @@ def traits(version: Version) -> EngineTraits:
         # in 0.19 logs; V0 samples max_num_seqs rows in fp32 with fewer copies. Rounded up;
         # releases between 0.11 and 0.19 keep the larger figure (unmeasured here).
         sampler_bytes=18 if version >= (0, 19, 0) else 40 if v1 else 16,
-        # Logged non-torch memory: 0.07-0.35 GiB at TP=1 (up to 1.79 GiB on a 0.6.5 build),
+        # Logged non-torch memory: 0.07-0.35 GiB at TP=1 (up to 1.79 GiB on a 0.6.5 build; V1:
+        # 0.13-0.26, so 0.375 GiB keeps every row under-promised with a median error <= 0.5 GiB),
         # 0.54-2.17 GiB per GPU with NCCL at TP>1 (3.58 GiB on that 0.6.5 build).
-        non_torch_bytes_tp1=(512 if v1 else 2048) * MIB,
+        non_torch_bytes_tp1=(384 if v1 else 2048) * MIB,
         non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
         default_block_size=64 if version >= BLOCK_64_SINCE else 16,
         gdn_prefill_checkpoints=version >= GDN_CHECKPOINTS_SINCE,
