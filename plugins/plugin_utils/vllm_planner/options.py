@@ -208,7 +208,7 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
     enforce_eager = boolean(raw.get("enforce_eager", False), "enforce_eager")
     refuse = boolean(raw.get("refuse_hazards", True), "refuse_hazards")
     weights, weights_source = _weights_bytes(raw)
-    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block, gpu)
+    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block, gpu, pp)
     chunk_set = raw.get("enable_chunked_prefill")
     chunked = _chunked_prefill(chunk_set, engine)
     mml_set = raw.get("max_model_len") is not None
@@ -513,7 +513,8 @@ def _gdn_checkpoint_alignment(geo: Geometry, engine: EngineTraits, gpu: Gpu) -> 
 
 
 def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTraits,
-                   kv_bytes: int, dtype: str, block: int, gpu: Gpu) -> kv_manager.CacheOptions:
+                   kv_bytes: int, dtype: str, block: int, gpu: Gpu,
+                   pp: int = 1) -> kv_manager.CacheOptions:
     """The KV-cache manager's flags, validated (each error names its option)."""
     method, spec_tokens = kv_manager.speculative(raw.get("speculative_config"), geo)
     ssm = kv_manager.mamba_ssm_dtype(raw.get("mamba_ssm_cache_dtype"))
@@ -533,6 +534,7 @@ def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTrait
         spec_method=method, num_speculative_tokens=spec_tokens, mamba_ssm_cache_dtype=ssm,
         disable_hybrid_kv_cache_manager=disable,
         gdn_checkpoint_alignment=_gdn_checkpoint_alignment(geo, engine, gpu),
+        pipeline_parallel_size=pp,
         max_num_batched_tokens=positive_int(raw.get("max_num_batched_tokens") or CHUNK_TOKENS,
                                             "max_num_batched_tokens",
                                             f"use {CHUNK_TOKENS} with chunked prefill"),
