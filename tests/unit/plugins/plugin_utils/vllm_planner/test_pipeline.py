@@ -193,3 +193,43 @@ def test_plan_group_refuses(hosts: Any, gpus: int, opts: dict[str, Any], field: 
     with pytest.raises(PlanError) as err:
         plan_group(_cfg("Qwen3.5-397B-A17B"), hosts, gpus, 29501, gpu="H100-SXM", **opts)
     assert err.value.field == field
+
+
+# docs/planner.md "Larger than one host": the two example groups' tables, generated here.
+DOC = Path(__file__).resolve().parents[5] / "docs" / "planner.md"
+DOC_GROUPS = {
+    "qwen3.8-fp8-4xh200": ("Qwen3.8-2.4T-A95B", True, ["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+                           "H200"),
+    "qwen3.5-bf16-2xh100": ("Qwen3.5-397B-A17B", False, ["gpu-0", "gpu-1"], "H100-SXM"),
+}
+
+
+def doc_block(key: str) -> str:
+    name, fp8, hosts, gpu = DOC_GROUPS[key]
+    ranks = plan_group(_cfg(name, fp8), hosts, 8, 29501, gpu=gpu, vllm_version="0.33.0",
+                       model=f"/srv/vllm/models/{name}/current", host="0.0.0.0", port=8000)
+    lines = [plan_table(ranks[0]["plan"]), ""]
+    lines += [f"  rank {r['rank']} ({r['host']}): {' '.join(r['argv'])}" for r in ranks]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("key", sorted(DOC_GROUPS))
+def test_the_docs_show_the_planners_tables(key: str) -> None:
+    text = DOC.read_text()
+    begin, end = f"<!-- pipeline:{key} -->\n```text\n", "\n```\n<!-- /pipeline -->"
+    assert begin in text, f"docs/planner.md lacks the {key} table: {__file__} --write-docs"
+    got = text.split(begin, 1)[1].split(end, 1)[0]
+    assert got == doc_block(key), f"regenerate: python {__file__} --write-docs"
+
+
+if __name__ == "__main__":
+    import re
+    import sys
+    if "--write-docs" in sys.argv:
+        text = DOC.read_text()
+        for key in sorted(DOC_GROUPS):
+            text = re.sub(rf"(<!-- pipeline:{re.escape(key)} -->\n```text\n).*?(\n```\n"
+                          r"<!-- /pipeline -->)",
+                          lambda m, k=key: m.group(1) + doc_block(k) + m.group(2), text,
+                          flags=re.S)
+        DOC.write_text(text)
