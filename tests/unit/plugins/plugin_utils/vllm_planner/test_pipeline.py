@@ -228,8 +228,8 @@ if __name__ == "__main__":
     if "--write-docs" in sys.argv:
         text = DOC.read_text()
         for key in sorted(DOC_GROUPS):
-            text = re.sub(rf"(<!-- pipeline:{re.escape(key)} -->\n```text\n).*?(\n```\n"
-                          r"<!-- /pipeline -->)",
-                          lambda m, k=key: m.group(1) + doc_block(k) + m.group(2), text,
-                          flags=re.S)
+            text = re.sub(rf"(<!-- pipeline:{re.escape(key)} -->\n```text\n).*?"
+                          r"(```\n<!-- /pipeline -->)",
+                          lambda m, k=key: m.group(1) + doc_block(k) + "\n" + m.group(2),
+                          text, flags=re.S)
         DOC.write_text(text)
