@@ -26,7 +26,6 @@ from .kv_manager import GDN_CHECKPOINT_ALIGNMENT
 from .model import DTYPE_BYTES, Geometry, canonical_dtype
 from .stack import resolve_driver
 from .versions import (
-    FLAGS,
     KV_DTYPE_SINCE,
     PINNED_VERSION,
     EngineTraits,
