@@ -292,7 +292,9 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     )
     vcfg = _Config(
         model_config=model_config, cache_config=cache,
-        parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
+        parallel_config=SimpleNamespace(tensor_parallel_size=tp,
+                                        pipeline_parallel_size=(case.get("pp") or {}).get(
+                                            "size", 1),
                                         decode_context_parallel_size=1),
         scheduler_config=SimpleNamespace(
             max_num_batched_tokens=case["max_num_batched_tokens"], async_scheduling=True,
@@ -379,6 +381,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     names = [layout.name for layout in get_supported_kv_cache_layouts([BACKEND])]
     vcfg.cache_config.kv_cache_layout = resolve_kv_cache_layout(
         vcfg, [names], list(specs.values())).name
+    if case.get("pp"):
+        return _run_pipeline(case, vcfg, specs, hf, block, model_cls)
     if PLANNING is not None:  # 0.33+: the whole model's groups first, then each worker's
         groups = PLANNING.get_global_kv_cache_groups(vcfg, [specs])
         configs = PLANNING.get_kv_cache_configs(vcfg, [specs], [case["available_bytes"]], groups)
@@ -394,6 +398,61 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         "max_concurrency": kcu.get_max_concurrency_for_kv_cache_config(vcfg, kv_config),
         "groups": len(kv_config.kv_cache_groups),
         "group_size": max(len(g.layer_names) for g in kv_config.kv_cache_groups),
+    }
+
+
+def _run_pipeline(case: dict[str, Any], vcfg: Any, specs: dict[str, Any], hf: Any, block: int,
+                  model_cls: Any) -> dict[str, Any]:
+    """Pipeline parallelism: one worker per stage. Each stage's layers from vLLM's own
+    get_pp_indices (VLLM_PP_LAYER_PARTITION set as the engine's environment would), the
+    drafter's layers on the last stage (GPUModelRunner builds the drafter only there);
+    then get_global_kv_cache_groups / get_kv_cache_configs over the list of workers, one
+    spec dict and one available-memory figure per stage."""
+    import os
+
+    from vllm.distributed.utils import get_pp_indices
+    pp = case["pp"]
+    size = pp["size"]
+    if pp.get("partition"):
+        os.environ["VLLM_PP_LAYER_PARTITION"] = ",".join(map(str, pp["partition"]))
+    else:
+        os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    try:
+        ranges = [get_pp_indices(hf.num_hidden_layers, rank, size) for rank in range(size)]
+    finally:
+        os.environ.pop("VLLM_PP_LAYER_PARTITION", None)
+    workers: list[dict[str, Any]] = [{} for _rank in range(size)]
+    for name, spec in specs.items():
+        if name.startswith("mtp."):
+            workers[-1][name] = spec
+            continue
+        index = int(name.split(".")[2])
+        rank = next(r for r, (start, end) in enumerate(ranges) if start <= index < end)
+        workers[rank][name] = spec
+    available = list(pp["available_bytes"])
+    module = PLANNING if PLANNING is not None else kcu
+    if PLANNING is not None:
+        groups = PLANNING.get_global_kv_cache_groups(vcfg, workers)
+        configs = PLANNING.get_kv_cache_configs(vcfg, workers, available, groups)
+    else:
+        merged = {k: v for worker in workers for k, v in worker.items()}
+        groups = kcu.get_kv_cache_groups(vcfg, dict(merged))
+        configs = kcu.get_kv_cache_configs(vcfg, workers, available)
+    stage_blocks = []
+    for worker, avail in zip(workers, available, strict=True):
+        projected = module._project_kv_cache_groups_to_worker(groups, worker)
+        stage_blocks.append(avail // module._pool_bytes_per_block(vcfg, projected))
+    assert len({c.num_blocks for c in configs}) == 1
+    return {
+        "id": case["id"],
+        "release": vllm.__version__,
+        "state_functions": model_cls.__name__ if model_cls is not None else None,
+        "block_size": block,
+        "stage_layers": [[start, end - 1] for start, end in ranges],
+        "stage_num_blocks": stage_blocks,
+        "num_blocks": configs[0].num_blocks,
+        "max_concurrency": kcu.get_max_concurrency_for_kv_cache_config(vcfg, configs[0]),
+        "groups": len(configs[0].kv_cache_groups),
     }
 
 

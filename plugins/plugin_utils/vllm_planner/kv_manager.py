@@ -20,7 +20,8 @@ Pure arithmetic over a :class:`~vllm_planner.model.Geometry`, following the V1 e
 * Per request (``max_memory_usage_bytes``): full ``cdiv(len, block)``; sliding
   ``cdiv(min(window - 1 + extra + in_flight, len), block) + 1`` with in-flight tokens
   ``2 x max_num_batched_tokens`` from 0.26 (async scheduling), ``max_num_batched_tokens``
-  before; state ``1 + num_spec`` blocks, ``2 + num_spec`` with prefix caching ("align" mode),
+  before (pipeline parallelism: ``pp`` batches, ``pp + 1`` from 0.34); state
+  ``1 + num_spec`` blocks, ``2 + num_spec`` with prefix caching ("align" mode),
   one more from 0.33 where the layers export prefill checkpoints (FlashInfer GDN, SM90).
 * ``max_concurrency = num_blocks / sum of per-request blocks over groups``
   (``get_max_concurrency_for_kv_cache_config``), the float vLLM logs as "Maximum concurrency
@@ -51,6 +52,7 @@ GROUP_SIZE_SLACK = 1.5  # vLLM pads the smaller bucket up when max < 1.5 x min
 SSM_DTYPE_FLAG_SINCE = (0, 17, 0)  # GDN honours --mamba-ssm-cache-dtype; Qwen3.5 hook
 HYBRID_PREFIX_CACHING_SINCE = (0, 26, 0)  # prefix caching on by default for hybrids
 IN_FLIGHT_TOKENS_SINCE = (0, 26, 0)  # SWA reservation counts 2 x max_num_batched_tokens
+IN_FLIGHT_PP_PLUS_ONE_SINCE = (0, 34, 0)  # async scheduling: pp + 1 batches in flight
 LINEAR_SINCE = (0, 11, 0)  # oldest release whose hybrid manager this table models
 MTP_METHODS = frozenset({"mtp", "qwen3_next_mtp", "qwen3_5_mtp", "deepseek_mtp"})
 SPEC_METHODS = MTP_METHODS | {"ngram"}
@@ -73,6 +75,8 @@ class CacheOptions:
     # The Gated DeltaNet prefill checkpoint alignment in "align" mode (64 with FlashInfer's
     # GDN prefill kernel, vLLM 0.33+ on SM90; 0 = the layers export no checkpoints).
     gdn_checkpoint_alignment: int = 0
+    # Pipeline stages: more batches in flight (VllmConfig.max_concurrent_batches).
+    pipeline_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,16 @@ def _state_page(geo: Geometry, tp: int, opts: CacheOptions, version: Version) ->
     return conv * conv_bytes + ssm * ssm_bytes
 
 
+def in_flight_batches(version: Version, pp: int) -> int:
+    """VllmConfig.max_concurrent_batches with async scheduling (the default): 2 without
+    pipeline parallelism; with it, pp (0.26-0.33, the V1 model runner), pp + 1 (0.34+)."""
+    if version >= IN_FLIGHT_PP_PLUS_ONE_SINCE:
+        return pp + 1
+    if version >= IN_FLIGHT_TOKENS_SINCE:
+        return 2 if pp == 1 else pp
+    return 1
+
+
 def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLayout:
     """The KV-cache layout vLLM builds for this geometry on one tensor-parallel rank."""
     n_full = geo.count(FULL)
@@ -268,7 +282,8 @@ def layout(geo: Geometry, tp: int, opts: CacheOptions, version: Version) -> KVLa
             grouped += [Group(kind, len(range(i, n, parts))) for i in range(parts)]
         groups = tuple(grouped)
 
-    in_flight = opts.max_num_batched_tokens * (2 if version >= IN_FLIGHT_TOKENS_SINCE else 1)
+    in_flight = opts.max_num_batched_tokens * in_flight_batches(
+        version, opts.pipeline_parallel_size)
     extra = opts.num_speculative_tokens - 1 if (
         opts.spec_method in MTP_METHODS and opts.num_speculative_tokens > 1
         and geo.mtp_layers > 1) else 0

@@ -44,7 +44,7 @@ OPTIONS = frozenset({
     "served_model_name", "host", "port", "enforce_eager", "enable_prefix_caching",
     "extra_flags", "refuse_hazards", "engine_package", "driver", "speculative_config",
     "mamba_ssm_cache_dtype", "disable_hybrid_kv_cache_manager", "kv_cache_sizing",
-    "install_source",
+    "install_source", "pipeline_parallel_size", "pp_layer_partition",
 })
 # Where the engine's packages come from: pypi (the public index, the default) or site (a
 # wheelhouse or index the site curates: vllm_install_uv_find_links / _index_url).
@@ -66,11 +66,12 @@ HAZARDS = ("runtime_oom", "preemption_storm", "ttft_spike", "context_exceeds_poo
 DRIVER_KEYS = ("source", "version", "cuda_compat", "debian_release")
 # Flags the planner decides; extra_flags may not set them behind its back.
 OWNED_FLAGS = frozenset({
-    "model", "tensor-parallel-size", "gpu-memory-utilization", "max-model-len",
-    "max-num-seqs", "max-num-batched-tokens", "enable-chunked-prefill", "kv-cache-dtype",
-    "block-size", "dtype", "kv-cache-memory-bytes", "quantization", "num-gpu-blocks-override",
-    "served-model-name", "host", "port", "enforce-eager", "enable-prefix-caching",
-    "speculative-config", "mamba-ssm-cache-dtype", "disable-hybrid-kv-cache-manager",
+    "model", "tensor-parallel-size", "pipeline-parallel-size", "gpu-memory-utilization",
+    "max-model-len", "max-num-seqs", "max-num-batched-tokens", "enable-chunked-prefill",
+    "kv-cache-dtype", "block-size", "dtype", "kv-cache-memory-bytes", "quantization",
+    "num-gpu-blocks-override", "served-model-name", "host", "port", "enforce-eager",
+    "enable-prefix-caching", "speculative-config", "mamba-ssm-cache-dtype",
+    "disable-hybrid-kv-cache-manager",
 })
 
 RECOMMENDED_UTILIZATION = 0.88
@@ -118,6 +119,8 @@ class PlanOptions:
     served_model_name: str | None
     gpu: Gpu
     tensor_parallel_size: int
+    pipeline_parallel_size: int  # stages across hosts (1: one host)
+    pp_layer_partition: tuple[int, ...] | None  # VLLM_PP_LAYER_PARTITION, None: vLLM's split
     gpu_memory_utilization: float
     gpu_memory_utilization_set: bool
     dtype: str  # canonical: the dtype the engine runs in
@@ -187,6 +190,8 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
     served_model_name = _served_model_name(raw.get("served_model_name"))
     gpu = resolve_gpu(raw.get("gpu"))
     tp = _tensor_parallel_size(raw.get("tensor_parallel_size", 1), geo)
+    pp = _pipeline_parallel_size(raw.get("pipeline_parallel_size"), geo, engine)
+    partition = _pp_layer_partition(raw.get("pp_layer_partition"), pp, geo)
     util = _utilization(raw.get("gpu_memory_utilization", None))
     dtype_set = raw.get("dtype") not in (None, "auto")
     dtype = canonical_dtype(raw["dtype"], "dtype") if dtype_set else geo.dtype
@@ -202,7 +207,7 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
     enforce_eager = boolean(raw.get("enforce_eager", False), "enforce_eager")
     refuse = boolean(raw.get("refuse_hazards", True), "refuse_hazards")
     weights, weights_source = _weights_bytes(raw)
-    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block, gpu)
+    cache = _cache_options(raw, geo, engine, kv_bytes, dtype, block, gpu, pp)
     chunk_set = raw.get("enable_chunked_prefill")
     chunked = _chunked_prefill(chunk_set, engine)
     mml_set = raw.get("max_model_len") is not None
@@ -224,7 +229,8 @@ def parse_options(raw: Mapping[str, object], geo: Geometry) -> PlanOptions:
         raise batched_below_seqs(batched, seqs)  # the plan checks the max_num_seqs it picks
     return PlanOptions(
         engine=engine, vllm_version=version, served_model_name=served_model_name, gpu=gpu,
-        tensor_parallel_size=tp, gpu_memory_utilization=util,
+        tensor_parallel_size=tp, pipeline_parallel_size=pp, pp_layer_partition=partition,
+        gpu_memory_utilization=util,
         gpu_memory_utilization_set=raw.get("gpu_memory_utilization") is not None,
         dtype=dtype, dtype_set=dtype_set, float32_served_as_bfloat16=float32_served,
         kv_cache_dtype=kv_flag, kv_cache_dtype_set=raw.get("kv_cache_dtype") is not None,
@@ -270,6 +276,48 @@ def _tensor_parallel_size(value: object, geo: Geometry) -> int:
                         f"{tp} neither divides nor is a multiple of the model's "
                         f"{geo.num_kv_heads} KV heads", "choose a tensor parallel size that does")
     return tp
+
+
+def _pipeline_parallel_size(value: object, geo: Geometry, engine: EngineTraits) -> int:
+    """Pipeline stages: one per host, tensor parallelism inside each (1: one host)."""
+    if value is None:
+        return 1
+    pp = positive_int(value, "pipeline_parallel_size",
+                      "use the number of hosts the engine spans (1 for one host)")
+    if pp > geo.num_layers:
+        raise PlanError("pipeline_parallel_size",
+                        f"{pp} stages for the model's {geo.num_layers} layers leave a stage "
+                        "without layers", f"use at most {geo.num_layers}")
+    if pp > 1 and engine.engine != "V1":
+        raise PlanError("pipeline_parallel_size", f"vLLM {engine.label} (V0 engine) is not "
+                        "planned across hosts", "plan for vLLM 0.32.0 or newer")
+    if pp > 1 and not engine.supports("pipeline-parallel-size"):
+        raise PlanError("pipeline_parallel_size",
+                        f"vLLM {engine.label} has no --pipeline-parallel-size",
+                        "plan for a release that has it (0.32.0 or newer)")
+    return pp
+
+
+def _pp_layer_partition(value: object, pp: int, geo: Geometry) -> tuple[int, ...] | None:
+    """VLLM_PP_LAYER_PARTITION: layers per stage ("23,23,23,23" or a list), else vLLM's own
+    split (get_pp_indices)."""
+    if value is None or value == "":
+        return None
+    field = "pp_layer_partition"
+    fix = (f"give {pp} whole numbers >= 1 summing to the model's {geo.num_layers} layers, "
+           "or leave it out (vLLM's even split)")
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise PlanError(field, f"must be a list of layer counts, got {value!r}", fix)
+    counts = tuple(positive_int(str(item).strip() if isinstance(item, str) else item,
+                                field, fix) for item in items)
+    if len(counts) != pp:
+        raise PlanError(field, f"has {len(counts)} stages for pipeline_parallel_size {pp}",
+                        fix)
+    if sum(counts) != geo.num_layers:
+        raise PlanError(field, f"sums to {sum(counts)} layers, the model has "
+                        f"{geo.num_layers}", fix)
+    return counts
 
 
 def _utilization(value: object) -> float:
@@ -464,7 +512,8 @@ def _gdn_checkpoint_alignment(geo: Geometry, engine: EngineTraits, gpu: Gpu) -> 
 
 
 def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTraits,
-                   kv_bytes: int, dtype: str, block: int, gpu: Gpu) -> kv_manager.CacheOptions:
+                   kv_bytes: int, dtype: str, block: int, gpu: Gpu,
+                   pp: int = 1) -> kv_manager.CacheOptions:
     """The KV-cache manager's flags, validated (each error names its option)."""
     method, spec_tokens = kv_manager.speculative(raw.get("speculative_config"), geo)
     ssm = kv_manager.mamba_ssm_dtype(raw.get("mamba_ssm_cache_dtype"))
@@ -484,6 +533,7 @@ def _cache_options(raw: Mapping[str, object], geo: Geometry, engine: EngineTrait
         spec_method=method, num_speculative_tokens=spec_tokens, mamba_ssm_cache_dtype=ssm,
         disable_hybrid_kv_cache_manager=disable,
         gdn_checkpoint_alignment=_gdn_checkpoint_alignment(geo, engine, gpu),
+        pipeline_parallel_size=pp,
         max_num_batched_tokens=positive_int(raw.get("max_num_batched_tokens") or CHUNK_TOKENS,
                                             "max_num_batched_tokens",
                                             f"use {CHUNK_TOKENS} with chunked prefill"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from . import kv_manager, memory
+from . import kv_manager, memory, pipeline
 from .errors import HazardError, PlanError
 from .gpus import GIB
 from .model import DTYPE_BYTES, Geometry, load_config, parse_geometry
@@ -35,14 +35,16 @@ from .options import (
 from .stack import engine_stack, min_driver_for_cuda, stack_problem
 from .versions import NEWEST_KNOWN, flag_deprecation
 
-__all__ = ["HAZARDS", "OPTIONS", "Hazard", "Plan", "Sizing", "StackPlan", "Workload",
-           "build_plan", "kv_plan", "size"]
+__all__ = ["HAZARDS", "OPTIONS", "Hazard", "Plan", "Sizing", "StackPlan", "StageSizing",
+           "Workload", "build_plan", "kv_plan", "size"]
 
 UTILIZATION_CEILING = 0.95
 POOL_SLACK = 0.90  # share of the pool the planned max_num_seqs may fill at p95 lengths
 MAX_NUM_SEQS_CAP = 1024
 MAX_SAFE_CHUNK = 16384
 LONG_PROMPT_TOKENS = 4096
+HOST_GPUS = 8  # GPUs of one H100/H200 host: tensor parallelism stays inside it
+HOST_TP_SIZES = (2, 4, 8)  # wider tensor parallelism the fix may name (one host)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,26 @@ class StackPlan:
 
 
 @dataclass(frozen=True)
+class StageSizing:
+    """One pipeline stage's share of the engine, per GPU of that stage."""
+
+    stage: pipeline.Stage
+    weights_per_gpu: int
+    pool: int  # its KV pool bytes
+    block_bytes: int  # one KV block on this stage: page x its largest projected group
+    num_blocks: int  # what its own pool holds (the engine takes the smallest of all stages)
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.stage
+        return {"rank": s.rank, "layers": list(s.layers),
+                "layer_kinds": pipeline.kinds_summary(s.kinds), "mtp_layers": s.mtp_layers,
+                "embedding": s.embedding, "lm_head": s.lm_head,
+                "weights_bytes_per_gpu": self.weights_per_gpu,
+                "kv_pool_bytes_per_gpu": self.pool, "kv_block_bytes": self.block_bytes,
+                "num_gpu_blocks": self.num_blocks}
+
+
+@dataclass(frozen=True)
 class Sizing:
     """The numbers behind the flags, per GPU unless named otherwise."""
 
@@ -118,6 +140,7 @@ class Sizing:
     blocks_per_seq: int
     blocks_at_max_len: int
     max_concurrency: int
+    stages: tuple[StageSizing, ...] = ()  # pipeline stages (empty: one stage, one host)
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,21 @@ class Plan:
         o, z = self.options, self.sizing
         budget = (o.kv_cache_memory_bytes + z.weights_per_gpu + z.reserve.total
                   if o.kv_cache_memory_bytes is not None else z.budget)
+        out = self._as_dict(budget)
+        if not z.stages:
+            return out
+        # Pipeline parallelism: the top-level per-GPU numbers are the binding stage's (the
+        # heaviest weights, the smallest pool); the stages follow.
+        keys = list(out)
+        at = keys.index("tensor_parallel_size") + 1
+        items = list(out.items())
+        items.insert(at, ("pipeline_parallel_size", o.pipeline_parallel_size))
+        out = dict(items)
+        out["pipeline"] = _pipeline_dict(o, z)
+        return out
+
+    def _as_dict(self, budget: int) -> dict[str, Any]:
+        o, z = self.options, self.sizing
         return {
             "model": self.model,
             "gpu": {"name": o.gpu.name, "memory_bytes": o.gpu.memory_bytes, "fp8": o.gpu.fp8},
@@ -183,6 +221,21 @@ class Plan:
             "ok": self.ok,
             "notes": list(self.notes),
         }
+
+
+def _pipeline_dict(o: PlanOptions, z: Sizing) -> dict[str, Any]:
+    partition = [s.stage.num_layers for s in z.stages]
+    return {
+        "pipeline_parallel_size": o.pipeline_parallel_size,
+        "layer_partition": partition,
+        "environment": ({"VLLM_PP_LAYER_PARTITION": ",".join(map(str, partition))}
+                        if o.pp_layer_partition is not None else {}),
+        "stages": [s.as_dict() for s in z.stages],
+        "num_gpu_blocks": z.num_blocks,
+        "binding_stage": min(z.stages, key=lambda s: s.num_blocks).stage.rank,
+        "max_concurrency_at_max_model_len": round(z.num_blocks / z.blocks_at_max_len, 4),
+        "max_concurrency": z.max_concurrency,
+    }
 
 
 def kv_plan(config: object, **opts: Any) -> dict[str, Any]:
@@ -231,17 +284,48 @@ class _Memory:
     options: PlanOptions
     budget: int
     weights_per_gpu: int
+    # Pipeline stages (empty: one): each stage's weights per GPU and its block's cost in
+    # layer pages (its largest projected KV-cache group).
+    stages: tuple[pipeline.Stage, ...] = ()
+    stage_weights: tuple[int, ...] = ()
+    stage_group_layers: tuple[int, ...] = ()
 
     def reserve_and_pool(self, batched: int, num_seqs: int) -> tuple[memory.Reserve, int]:
+        res, pools = self.reserve_and_pools(batched, num_seqs)
+        return res, min(pools)
+
+    def reserve_and_pools(self, batched: int,
+                          num_seqs: int) -> tuple[memory.Reserve, tuple[int, ...]]:
+        """The reserve and each stage's pool. Every stage reserves what one GPU of a whole
+        model reserves (the sampler's scratch is the last stage's only: an upper bound)."""
         o = self.options
         tokens = memory.profile_tokens(max(batched, num_seqs), o.max_model_len,
                                        o.enable_chunked_prefill)
         res = memory.reserve(self.geo, o.engine, o.tensor_parallel_size, tokens, num_seqs,
                              DTYPE_BYTES[o.dtype])
         graphs = memory.in_budget_graph_bytes(o.engine, num_seqs, o.enforce_eager)
-        pool = (o.kv_cache_memory_bytes if o.kv_cache_memory_bytes is not None
-                else max(0, self.budget - self.weights_per_gpu - res.total - graphs))
-        return res, pool
+        if o.kv_cache_memory_bytes is not None:
+            return res, (o.kv_cache_memory_bytes,) * max(1, len(self.stages))
+        pools = tuple(max(0, self.budget - w - res.total - graphs)
+                      for w in (self.stage_weights or (self.weights_per_gpu,)))
+        if o.kv_cache_sizing == "planned":
+            # One --kv-cache-memory-bytes for every rank: the smallest stage's pool.
+            pools = (min(pools),) * len(pools)
+        return res, pools
+
+    def block_bytes(self, unit: _Unit) -> tuple[int, ...]:
+        """One KV block per stage (one stage: the unit's)."""
+        if not self.stages:
+            return (unit.block_bytes,)
+        if unit.layout is not None:
+            page = unit.layout.page_bytes
+        else:
+            page = unit.block_bytes // self.geo.kv_layers
+        return tuple(page * n for n in self.stage_group_layers)
+
+    def num_blocks(self, pools: tuple[int, ...], unit: _Unit) -> int:
+        """vLLM's num_blocks: each worker's own, then the smallest of all."""
+        return min(pool // b for pool, b in zip(pools, self.block_bytes(unit), strict=True))
 
 
 @dataclass(frozen=True)
@@ -264,17 +348,21 @@ def size(geo: Geometry, o: PlanOptions) -> Sizing:
     batched = (o.max_num_batched_tokens if o.max_num_batched_tokens is not None
                else CHUNK_TOKENS if o.enable_chunked_prefill else max(o.max_model_len, 2048))
     unit = _with_batched(geo, o, unit, batched, seq_len)
-    mem = _Memory(geo, o, int(o.gpu.memory_bytes * o.gpu_memory_utilization), weights_per_gpu)
+    mem = _memory(geo, o, unit, weights_per_gpu)
+    weights_per_gpu = max(mem.stage_weights or (weights_per_gpu,))
     seqs = (o.max_num_seqs if o.max_num_seqs is not None
             else _largest_safe_seqs(mem, unit, batched))
-    res, pool = mem.reserve_and_pool(batched, seqs)
+    res, pools = mem.reserve_and_pools(batched, seqs)
+    pool = min(pools)
     if o.max_num_batched_tokens is None and batched < seqs:
         batched = seqs
         unit = _with_batched(geo, o, unit, batched, seq_len)
     if o.max_num_batched_tokens is not None and batched < seqs:
         raise batched_below_seqs(batched, seqs)  # the max_num_seqs the planner picked
-    num_blocks = pool // unit.block_bytes
+    num_blocks = mem.num_blocks(pools, unit)
     ctx = _fit_context(geo, o, unit, num_blocks, seq_len, seqs)
+    stages = tuple(StageSizing(stage, w, p, b, p // b) for stage, w, p, b in zip(
+        mem.stages, mem.stage_weights, pools, mem.block_bytes(unit), strict=False))
     blocks_at_max_len = (unit.layout.blocks_per_request(ctx.max_model_len)
                          if unit.layout is not None else -(-ctx.max_model_len // unit.block))
     return Sizing(
@@ -285,8 +373,46 @@ def size(geo: Geometry, o: PlanOptions) -> Sizing:
         pool_tokens=ctx.pool_tokens, max_model_len=ctx.max_model_len,
         max_num_seqs=ctx.max_num_seqs, max_num_batched_tokens=batched, seq_len=ctx.seq_len,
         blocks_per_seq=ctx.blocks_per_seq, blocks_at_max_len=blocks_at_max_len,
-        max_concurrency=num_blocks // ctx.blocks_per_seq,
+        max_concurrency=num_blocks // ctx.blocks_per_seq, stages=stages,
     )
+
+
+def _memory(geo: Geometry, o: PlanOptions, unit: _Unit, weights_per_gpu: int) -> _Memory:
+    """The GPU's memory; with pipeline parallelism, each stage's weights and block cost."""
+    budget = int(o.gpu.memory_bytes * o.gpu_memory_utilization)
+    if o.pipeline_parallel_size == 1:
+        return _Memory(geo, o, budget, weights_per_gpu)
+    stages, per_gpu = stage_weights_per_gpu(geo, o, o.pipeline_parallel_size,
+                                            o.tensor_parallel_size)
+    mtp = _mtp_layers(geo, o)
+    hybrid = unit.layout.hybrid_manager if unit.layout is not None else False
+    group_size = unit.layout.group_size if unit.layout is not None else geo.kv_layers
+    kinds = pipeline.kv_kinds(geo, mtp, hybrid)
+    return _Memory(geo, o, budget, weights_per_gpu, stages, per_gpu,
+                   pipeline.stage_group_layers(kinds, group_size, stages))
+
+
+def _mtp_layers(geo: Geometry, o: PlanOptions) -> int:
+    """The drafter's attention layers (MTP methods): the last stage's KV cache holds them."""
+    return geo.mtp_layers if o.cache.spec_method in kv_manager.MTP_METHODS else 0
+
+
+def stage_weights_per_gpu(geo: Geometry, o: PlanOptions, pp: int,
+                          tp: int) -> tuple[tuple[pipeline.Stage, ...], tuple[int, ...]]:
+    """The stages of a tp x pp engine and each one's weight bytes per GPU."""
+    partition = o.pp_layer_partition if pp == o.pipeline_parallel_size else None
+    stages = pipeline.split(geo, pp, partition, _mtp_layers(geo, o))
+    linear, embed = _weight_parts(geo, o)
+    totals = pipeline.stage_weights(geo, stages, linear, embed, o.weights_bytes)
+    return stages, tuple(math.ceil(t / tp) for t in totals)
+
+
+def _weight_parts(geo: Geometry, o: PlanOptions) -> tuple[float, float]:
+    """(the decoder layers' bytes, one vocab x hidden matrix's bytes), estimated."""
+    linear, _embed = geo.parameter_counts()
+    dtype_bytes = DTYPE_BYTES[o.dtype]
+    return (linear * (geo.weight_bits / 8 if geo.weight_bits else dtype_bytes),
+            float(geo.vocab_size * geo.hidden_size * dtype_bytes))
 
 
 def _weights(geo: Geometry, o: PlanOptions) -> tuple[int, str]:
@@ -327,8 +453,8 @@ def _largest_safe_seqs(mem: _Memory, unit: _Unit, batched: int) -> int:
     """The largest max_num_seqs whose p95 sequences fit the slack-reduced pool. The pool
     shrinks as max_num_seqs grows (the sampler's profiling scratch), so search."""
     def fits(n: int) -> bool:
-        pool = mem.reserve_and_pool(batched, n)[1]
-        return n * unit.blocks_per_seq <= int(POOL_SLACK * (pool // unit.block_bytes))
+        pools = mem.reserve_and_pools(batched, n)[1]
+        return n * unit.blocks_per_seq <= int(POOL_SLACK * mem.num_blocks(pools, unit))
 
     low, high = 1, MAX_NUM_SEQS_CAP
     while low < high:
@@ -373,6 +499,8 @@ def _fit_context(geo: Geometry, o: PlanOptions, unit: _Unit, num_blocks: int, se
 def _flags(o: PlanOptions, z: Sizing) -> Mapping[str, FlagValue]:
     """The engine flags the planner decides, in the argv's order."""
     flags: dict[str, FlagValue] = {"tensor_parallel_size": o.tensor_parallel_size}
+    if o.pipeline_parallel_size > 1:
+        flags["pipeline_parallel_size"] = o.pipeline_parallel_size
     if o.kv_cache_memory_bytes is not None:
         flags["kv_cache_memory_bytes"] = o.kv_cache_memory_bytes
     elif o.kv_cache_sizing == "planned":  # 0.34+: the plan's pool, exactly
@@ -459,30 +587,55 @@ def _hazard(hazard_id: str, message: str) -> Hazard:
 
 def _hazards(geo: Geometry, o: PlanOptions, z: Sizing) -> list[Hazard]:
     """The memory, context and scheduling hazards of the sized plan (incidents #1-#3)."""
-    found = [*_memory_hazards(o, z), *_model_context_hazards(geo, z)]
+    found = [*_memory_hazards(geo, o, z), *_model_context_hazards(geo, z)]
     if z.pool_tokens == 0:
         return found  # nothing fits: the pool hazards below would only repeat it
     return [*found, *_pool_hazards(o, z), *_ttft_hazards(o, z)]
 
 
-def _memory_hazards(o: PlanOptions, z: Sizing) -> list[Hazard]:
+def _fit_fix(geo: Geometry, o: PlanOptions, z: Sizing, room: int) -> str:
+    """The smallest engine that fits: more tensor parallelism inside one host (up to
+    HOST_GPUS), else the fewest hosts (pipeline stages) of HOST_GPUS GPUs; '' if none."""
+    tp, pp, kv_mem = o.tensor_parallel_size, o.pipeline_parallel_size, o.kv_cache_memory_bytes
+    limit = room * POOL_SLACK
+    extra = z.reserve.total + (kv_mem or 0)
+
+    def fits(t: int, p: int) -> bool:
+        if p == 1:
+            return z.weights_per_gpu * tp // t + extra < limit
+        return max(stage_weights_per_gpu(geo, o, p, t)[1]) + extra < limit
+
+    wider = [n for n in HOST_TP_SIZES if n > tp and fits(n, pp)]
+    if wider:
+        return f"tensor_parallel_size {wider[0]}, "
+    host = max(tp, HOST_GPUS)
+    for p in range(pp + 1, min(pipeline.MAX_PIPELINE, geo.num_layers) + 1):
+        if fits(host, p):
+            also = "" if host == tp else f"tensor_parallel_size {host} and "
+            return f"{also}pipeline_parallel_size {p} ({p} hosts of {host} x {o.gpu.name}), "
+    return ""
+
+
+def _memory_hazards(geo: Geometry, o: PlanOptions, z: Sizing) -> list[Hazard]:
     """weights_exceed_memory (the engine cannot start) and runtime_oom (incident #1)."""
     found: list[Hazard] = []
-    gpu, tp, outside, kv_mem = o.gpu, o.tensor_parallel_size, z.outside, o.kv_cache_memory_bytes
+    gpu, outside, kv_mem = o.gpu, z.outside, o.kv_cache_memory_bytes
     reserve_total = z.reserve.total
     need = z.weights_per_gpu + reserve_total + (kv_mem or 0)
     room = z.budget if kv_mem is None else gpu.memory_bytes - outside
     if need > room:
-        weights_total = z.weights_per_gpu * tp
-        fits = [n for n in (2, 4, 8, 16) if n > tp and weights_total // n + reserve_total
-                + (kv_mem or 0) < room * POOL_SLACK]
-        fix = f"tensor_parallel_size {fits[0]}, " if fits else ""
+        fix = _fit_fix(geo, o, z, room)
+        where = ""
+        if z.stages:
+            heaviest = max(z.stages, key=lambda s: s.weights_per_gpu).stage
+            where = f" on pipeline stage {heaviest.rank} (layers {heaviest.start}-" \
+                    f"{heaviest.end - 1})"
         found.append(_hazard(
             "weights_exceed_memory",
             f"weights {_gib(z.weights_per_gpu)} + engine reserve {_gib(reserve_total)}"
             + (f" + KV cache {_gib(kv_mem)}" if kv_mem else "")
-            + f" per GPU exceed the {_gib(room)} available on {gpu.name}; the engine cannot "
-            f"start. Fix: {fix}a quantized checkpoint, or a larger GPU"))
+            + f" per GPU{where} exceed the {_gib(room)} available on {gpu.name}; the engine "
+            f"cannot start. Fix: {fix}a quantized checkpoint, or a larger GPU"))
     headroom = gpu.memory_bytes - (z.budget if kv_mem is None else need)
     util = o.gpu_memory_utilization
     if kv_mem is None and util >= UTILIZATION_CEILING:

@@ -31,6 +31,29 @@ def _stack_rows(stack: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return rows
 
 
+def _stage_rows(pipe: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """One row per pipeline stage (one host each), then the engine's blocks."""
+    if not pipe:
+        return []
+    rows = [("pipeline", f"{pipe['pipeline_parallel_size']} stages (hosts), layers "
+                         f"{'/'.join(map(str, pipe['layer_partition']))}")]
+    for stage in pipe["stages"]:
+        first, last = stage["layers"]
+        kinds = " + ".join(f"{n} {kind}" for kind, n in stage["layer_kinds"].items())
+        held = [name for name, on in (("embedding", stage["embedding"]),
+                                      ("lm head", stage["lm_head"])) if on]
+        if stage["mtp_layers"]:
+            held.append(f"{stage['mtp_layers']} mtp")
+        rows.append((f"stage {stage['rank']}",
+                     f"layers {first}-{last} ({kinds}{', ' if held else ''}{', '.join(held)}); "
+                     f"weights {_gib(stage['weights_bytes_per_gpu'])} GiB/gpu, kv pool "
+                     f"{_gib(stage['kv_pool_bytes_per_gpu'])} GiB/gpu, "
+                     f"{stage['num_gpu_blocks']:,} blocks"))
+    rows.append(("engine kv blocks", f"{pipe['num_gpu_blocks']:,} (the smallest stage's: "
+                                     f"stage {pipe['binding_stage']})"))
+    return rows
+
+
 def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
     """Render one replica's plan as aligned text lines."""
     gpu = plan["gpu"]
@@ -38,7 +61,9 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
         ("model", str(plan["model"])),
         ("gpu", f"{gpu['name']} ({_gib(gpu['memory_bytes'])} GiB usable)"),
         ("vllm", f"{plan['vllm_version']} ({plan['engine']} engine)"),
-        ("tensor parallel", str(plan["tensor_parallel_size"])),
+        ("tensor parallel", str(plan["tensor_parallel_size"])
+                            + (f" x pipeline {plan['pipeline_parallel_size']}"
+                               if plan.get("pipeline") else "")),
         *_stack_rows(plan.get("engine_stack")),
         ("kv bytes/token/gpu", f"{plan['kv_bytes_per_token']:,} ({plan['kv_cache_dtype']})"),
         ("weights GiB/gpu", f"{_gib(plan['weights_bytes_per_gpu'])} "
@@ -65,6 +90,7 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
                                        f"(vLLM's 'Maximum concurrency for "
                                        f"{plan['max_model_len']:,} tokens per request')"),
         ]
+    rows += _stage_rows(plan.get("pipeline"))
     decided = set(plan.get("decided", ()))
     for name, value in plan["flags"].items():
         mark = " (planned)" if name in decided else ""

@@ -279,3 +279,156 @@ def test_planner_equals_live_vllm() -> None:
     print(f"kv oracle (live): {matched}/{len(plans)} cases equal vLLM {release} "
           f"({refused} where both refuse to start)")
     assert not mismatches, f"{matched}/{len(plans)} match:\n" + "\n".join(mismatches[:40])
+
+
+# Pipeline parallelism (issue 36): one engine across hosts, TP inside a host, one stage per
+# host. Each stage's pool is the plan's (its budget minus its weights and reserve; 0.34
+# measured mode so that the stages differ, as they do before 0.34); vLLM's own
+# get_pp_indices splits the layers, and get_kv_cache_configs takes one spec dict and one
+# pool per stage. Stored apart (tests/data/oracle/pp-<release>.json), so kv-<release>.json
+# stays as it was.
+FP8_CHECKPOINT = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                  "fmt": "e4m3", "weight_block_size": [128, 128]}
+PP_GEOMETRIES: list[tuple[str, str, int, tuple[int, ...], dict[str, Any]]] = [
+    # (config, gpu, tensor parallel size, pipeline sizes, extra kv_plan options)
+    ("Qwen3.8-2.4T-A95B-FP8", "H200", 8, (3, 4, 8), {}),
+    ("Qwen3.8-2.4T-A95B-FP8", "H200", 8, (4,), {"pp_layer_partition": [20, 24, 24, 24]}),
+    ("Qwen3.8-2.4T-A95B-FP8", "H200", 8, (4,), {"speculative_config": {
+        "method": "mtp", "num_speculative_tokens": 1}}),
+    ("Qwen3.5-397B-A17B", "H100-SXM", 8, (2,), {}),
+    ("Qwen3.5-397B-A17B", "H200", 8, (2,), {"speculative_config": {
+        "method": "mtp", "num_speculative_tokens": 2}}),
+    ("Qwen__Qwen3-32B", "H100-SXM", 2, (2,), {}),
+    ("Qwen__Qwen3-32B", "H100-SXM", 2, (2,), {"kv_cache_memory_bytes": int(9.5 * GIB)}),
+    ("gpt-oss-120b", "H100-SXM", 2, (2, 3), {}),
+]
+
+
+def _pp_config(name: str) -> dict[str, Any]:
+    if name.endswith("-FP8"):
+        return {**_config(name.removesuffix("-FP8")), "quantization_config": FP8_CHECKPOINT}
+    return _config(name)
+
+
+def _pp_cases(release: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    cases = []
+    for (name, gpu, tp, pps, extra), kv in itertools.product(PP_GEOMETRIES, KV_DTYPES):
+        cfg = _pp_config(name)
+        for pp in pps:
+            opts: dict[str, Any] = {
+                "gpu": gpu, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+                "max_model_len": 131072 if "Qwen3-32B" not in name else 32768,
+                "max_num_batched_tokens": 8192, "kv_cache_dtype": kv, "refuse_hazards": False,
+                "vllm_version": release, "install_source": "site", **extra}
+            if release >= "0.34.0" and "kv_cache_memory_bytes" not in extra:
+                opts["kv_cache_sizing"] = "measured"
+            ident = f"{name}/tp{tp}xpp{pp}/{gpu}/{kv}" + "".join(
+                f"/{k}={json.dumps(v, separators=(',', ':'))}" for k, v in extra.items())
+            cases.append((ident, cfg, opts))
+    return cases
+
+
+def _pp_plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    plans, inputs = {}, []
+    for ident, cfg, opts in _pp_cases(release):
+        plan = kv_plan(cfg, **opts)
+        plans[ident] = plan
+        case = _oracle_input(ident, cfg, {**opts, "kv_cache_memory_bytes": 0}, plan)
+        stages = plan["pipeline"]["stages"]
+        case["available_bytes"] = None
+        case["pp"] = {"size": opts["pipeline_parallel_size"],
+                      "partition": opts.get("pp_layer_partition"),
+                      "available_bytes": [s["kv_pool_bytes_per_gpu"] for s in stages]}
+        inputs.append(case)
+    return plans, inputs
+
+
+def _pp_mismatches(plans: dict[str, dict[str, Any]],
+                   verdicts: dict[str, dict[str, Any]]) -> list[str]:
+    mismatches = []
+    for ident, plan in plans.items():
+        vllm = verdicts[ident]
+        if "error" in vllm:
+            mismatches.append(f"{ident}: vLLM raised {vllm['error']}")
+            continue
+        flagged = "context_exceeds_pool" in {h["id"] for h in plan["hazards"]}
+        if "refused" in vllm:
+            if not flagged:
+                mismatches.append(f"{ident}: vLLM refuses ({vllm['refused']}), the plan "
+                                  "has no context_exceeds_pool hazard")
+            continue
+        if flagged:
+            mismatches.append(f"{ident}: vLLM starts, the plan says context_exceeds_pool")
+        pipe = plan["pipeline"]
+        got = (plan["block_size"], [s["layers"] for s in pipe["stages"]],
+               [s["num_gpu_blocks"] for s in pipe["stages"]], pipe["num_gpu_blocks"],
+               round(pipe["max_concurrency_at_max_model_len"], 4))
+        want = (vllm["block_size"], vllm["stage_layers"], vllm["stage_num_blocks"],
+                vllm["num_blocks"], round(vllm["max_concurrency"], 4))
+        if got != want:
+            mismatches.append(f"{ident}: planner {got} != vLLM {want}")
+    return mismatches
+
+
+def _pp_stored(release: str) -> dict[str, Any]:
+    path = STORED / f"pp-{release}.json"
+    assert path.exists(), f"{path} is missing: make oracle VLLM={release}"
+    return dict(json.loads(path.read_text()))
+
+
+def test_the_pipeline_oracle_covers_the_issue() -> None:
+    for release in RELEASES:
+        idents = [ident for ident, _cfg, _opts in _pp_cases(release)]
+        for want in ("Qwen3.8-2.4T-A95B-FP8/tp8xpp3", "Qwen3.8-2.4T-A95B-FP8/tp8xpp4",
+                     "Qwen3.8-2.4T-A95B-FP8/tp8xpp8", "Qwen3.5-397B-A17B/tp8xpp2",
+                     "Qwen__Qwen3-32B/tp2xpp2"):
+            assert {f"{want}/{kv}" for kv in ("auto", "fp8")} <= {
+                "/".join(i.split("/")[:2] + [i.split("/")[3]]) for i in idents}, want
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_stored_pipeline_verdicts_answer_todays_cases(release: str) -> None:
+    _plans_now, inputs = _pp_plans(release)
+    stored = _pp_stored(release)
+    assert stored["release"] == release
+    now = {case["id"]: _stored_form(case) for case in inputs}
+    kept = {ident: entry["input"] for ident, entry in stored["cases"].items()}
+    stale = sorted(ident for ident in now.keys() | kept.keys() if now.get(ident) != kept.get(ident))
+    assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/pp-{release}.json "
+                       f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_planner_equals_vllm_per_stage(release: str) -> None:
+    """Pipeline parallelism: every stage's layers and blocks, and the engine's num_blocks
+    and concurrency, equal vLLM's, as stored."""
+    plans, _inputs = _pp_plans(release)
+    verdicts = {ident: entry["vllm"] for ident, entry in _pp_stored(release)["cases"].items()}
+    mismatches = _pp_mismatches(plans, verdicts)
+    matched = len(plans) - len(mismatches)
+    print(f"pp oracle: {matched}/{len(plans)} cases equal vLLM {release}")
+    assert not mismatches, f"{matched}/{len(plans)} match:\n" + "\n".join(mismatches[:40])
+
+
+@live
+def test_pipeline_equals_live_vllm() -> None:
+    release = str(LIVE_RELEASE)
+    plans, inputs = _pp_plans(release)
+    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
+    assert all(r.get("release") == release for r in results.values())
+    verdicts = {ident: {k: v for k, v in r.items() if k not in ("id", "release")}
+                for ident, r in results.items()}
+    if os.environ.get("KV_ORACLE_WRITE") == "1":
+        data = {"release": release, "regenerate": f"make oracle VLLM={release}",
+                "cases": {case["id"]: {"input": _stored_form(case), "vllm": verdicts[case["id"]]}
+                          for case in inputs}}
+        (STORED / f"pp-{release}.json").write_text(json.dumps(data, indent=1, sort_keys=True)
+                                                   + "\n")
+    else:
+        stored = {ident: entry["vllm"] for ident, entry in _pp_stored(release)["cases"].items()}
+        assert stored == verdicts, f"tests/data/oracle/pp-{release}.json differs from vLLM " \
+                                   f"{release} itself: make oracle VLLM={release}"
+    mismatches = _pp_mismatches(plans, verdicts)
+    matched = len(plans) - len(mismatches)
+    print(f"pp oracle (live): {matched}/{len(plans)} cases equal vLLM {release}")
+    assert not mismatches, f"{matched}/{len(plans)} match:\n" + "\n".join(mismatches[:40])

@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.group import (
+    plan_group,
+)
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.replicas import (
     plan_replicas,
 )
 from planner_golden import as_role_passes, inventory_option_sets
-from test_kv_oracle import IMAGE, LIVE_RELEASE, RELEASES, STORED
+from test_kv_oracle import FP8_CHECKPOINT, IMAGE, LIVE_RELEASE, RELEASES, STORED, _config
 
 ROOT = Path(__file__).resolve().parents[5]
 CHECK = ROOT / "tests" / "oracle" / "argv_check.py"
@@ -39,6 +42,26 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _variant_applies(name: str, release: str) -> bool:
     return name != "+measured" or release >= "0.34.0"
+
+
+# One engine across hosts (plan_group): (case, config, hosts, GPU, extra kv_plan options).
+GROUPS: list[tuple[str, dict[str, Any], int, str, dict[str, Any]]] = [
+    ("Qwen3.8-2.4T-A95B-FP8/4xH200",
+     {**_config("Qwen3.8-2.4T-A95B"), "quantization_config": FP8_CHECKPOINT}, 4, "H200", {}),
+    ("Qwen3.5-397B-A17B/2xH100", _config("Qwen3.5-397B-A17B"), 2, "H100-SXM", {}),
+]
+
+
+def _group_argvs(release: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, config, hosts, gpu, extra in GROUPS:
+        model = name.split("/")[0]
+        opts = {**as_role_passes({"gpu": gpu, **extra}, model), "vllm_version": release,
+                "install_source": "site", "port": 8000}
+        names = [f"gpu-{i}.example" for i in range(hosts)]
+        for rank in plan_group(config, names, 8, 29501, **opts):
+            out[f"group/{name}/rank-{rank['rank']}"] = list(rank["argv"])
+    return out
 
 
 def _argvs(release: str) -> dict[str, list[str]]:
@@ -56,7 +79,7 @@ def _argvs(release: str) -> dict[str, list[str]]:
                     "install_source": "site"}
             for replica in plan_replicas(config, gpus, 8000, **opts):
                 out[f"{group}{variant}/{replica['name']}"] = list(replica["plan"]["argv"])
-    return out
+    return {**out, **_group_argvs(release)}
 
 
 def _stored(release: str) -> dict[str, Any]:
@@ -82,11 +105,13 @@ def _run_check(payload: str) -> list[dict[str, Any]]:
 
 def test_the_cases_cover_every_example_group_and_the_optional_flags() -> None:
     argvs = _argvs("0.34.0")
-    groups = {ident.split("/")[2].split("+")[0] for ident in argvs}
+    groups = {ident.split("/")[2].split("+")[0] for ident in argvs
+              if not ident.startswith("group/")}
     assert groups == {"h100.yml", "h100_qwen3next.yml", "h200.yml", "h200_qwen35.yml"}
     joined = [" ".join(argv) for argv in argvs.values()]
     for flag in ("--kv-cache-memory-bytes", "--gpu-memory-utilization", "--speculative-config",
-                 "--mamba-ssm-cache-dtype", "--block-size 32"):
+                 "--mamba-ssm-cache-dtype", "--block-size 32", "--pipeline-parallel-size 4",
+                 "--node-rank 3", "--headless"):
         assert any(flag in line for line in joined), flag
 
 
