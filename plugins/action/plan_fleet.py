@@ -42,6 +42,7 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.role_data impor
 )
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner import (
     PlanError,
+    plan_group,
     plan_replicas,
     plan_table,
 )
@@ -172,8 +173,8 @@ HAZARD_FIX = ("Fix the flags as each message says, or set vllm_plan_options.haza
               " {<hazard id>: '<written reason>'}.")
 
 
-def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
-    """One host's plan entry from its evaluated inputs (raises PlanError, AnsibleError)."""
+def _planner_inputs(inputs: dict[str, Any]) -> tuple[object, dict[str, str], dict[str, Any]]:
+    """The model's config, how it was read, and kv_plan's options from a host's inputs."""
     if inputs["vllm_plan_model_config"]:
         read = {"text": "",
                 "note": "vllm_plan_model_config (a mapping), not checked against a lock"}
@@ -198,8 +199,12 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
         "install_source": inputs["install_source"],
         "driver": {**(inputs["vllm_plan_driver"] or {}), "debian_release": inputs["release"]},
         "refuse_hazards": False})
-    replicas = plan_replicas(config, inputs["vllm_plan_gpu_count"],
-                             inputs["vllm_plan_base_port"], **options)
+    return config, read, options
+
+
+def _entry(replicas: list[dict[str, Any]], inputs: dict[str, Any],
+           read: dict[str, str]) -> dict[str, Any]:
+    served = inputs["vllm_plan_served_model_name"]
     overrides = (inputs["vllm_plan_options"] or {}).get("hazard_overrides") or {}
     return {"replicas": replicas,
             "served_name": served if len(str(served)) > 0 else replicas[0]["plan"]["model"],
@@ -208,11 +213,57 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
             "config_note": read["note"]}
 
 
+def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
+    """One host's plan entry from its evaluated inputs (raises PlanError, AnsibleError)."""
+    config, read, options = _planner_inputs(inputs)
+    replicas = plan_replicas(config, inputs["vllm_plan_gpu_count"],
+                             inputs["vllm_plan_base_port"], **options)
+    return _entry(replicas, inputs, read)
+
+
+# The inputs a member of an engine group may have of its own; every other must be the group's.
+MEMBER_INPUTS = ("vllm_plan_group_address",)
+
+
+def plan_engine_group(name: str, members: list[tuple[str, dict[str, Any]]]
+                      ) -> dict[str, dict[str, Any]]:
+    """Each member's plan entry for one multi-host engine (members in inventory order, the
+    first is rank 0): the engine's plan, and the member's own argv in its one replica."""
+    first_host, first = members[0]
+    for host, inputs in members[1:]:
+        differ = sorted(k for k in first.keys() | inputs.keys()
+                        if k not in MEMBER_INPUTS and first.get(k) != inputs.get(k))
+        if differ:
+            raise PlanError("vllm_plan_engine_group",
+                            f"{name}: {host} and {first_host} disagree on {', '.join(differ)}",
+                            "give every member the same planner inputs (the group's "
+                            "group_vars), or another engine group name")
+    config, read, options = _planner_inputs(first)
+    gpus = first["vllm_plan_gpu_count"]
+    ranks = plan_group(config, [inputs["vllm_plan_group_address"] for _h, inputs in members],
+                       gpus, first["vllm_plan_group_master_port"], **options)
+    hosts = [host for host, _inputs in members]
+    out = {}
+    for (host, inputs), rank in zip(members, ranks, strict=True):
+        replica = {"index": 0, "name": "vllm-0",
+                   "port": first["vllm_plan_base_port"],
+                   "cuda_visible_devices": ",".join(map(str, range(gpus))),
+                   "plan": {**rank["plan"], "argv": rank["argv"]}}
+        out[host] = {**_entry([replica], inputs, read),
+                     "group": {"name": name, "rank": rank["rank"], "hosts": hosts,
+                               "headless": rank["headless"],
+                               "environment": rank["environment"]}}
+    return out
+
+
 def tables(groups: list[Group[dict[str, Any]]]) -> list[dict[str, str]]:
     """One table per distinct plan and replica, naming the hosts that share it."""
     shown = []
     for group in groups:
         if not boolean(group.inputs["vllm_plan_show"], strict=False):
+            continue
+        if "group" in group.result:
+            shown.append(_group_table(group))
             continue
         for replica in group.result["replicas"]:
             title = (f"{hosts_label(group.hosts)} / {replica['name']} (GPUs "
@@ -223,6 +274,22 @@ def tables(groups: list[Group[dict[str, Any]]]) -> list[dict[str, str]]:
                 text += "\n  hosts                     " + ", ".join(group.hosts)
             shown.append({"label": title, "table": text})
     return shown
+
+
+def _group_table(group: Group[dict[str, Any]]) -> dict[str, str]:
+    """A multi-host engine's table: its plan, then each member's rank and node flags."""
+    replica = group.result["replicas"][0]
+    info = group.result["group"]
+    title = (f"engine group {info['name']}: {len(group.hosts)} hosts x GPUs "
+             f"{replica['cuda_visible_devices']} (rank 0 {group.hosts[0]}, port "
+             f"{replica['port']})")
+    text = (plan_table(replica["plan"], title)
+            + "\n  config.json               " + group.result["config_note"])
+    for rank in info["ranks"]:
+        argv = rank["argv"]
+        node = argv[argv.index("--nnodes"):] if "--nnodes" in argv else argv
+        text += f"\n  rank {rank['rank']:<20} {rank['host']}: ... {' '.join(node)}"
+    return {"label": title, "table": text}
 
 
 def refusals(groups: list[Group[dict[str, Any]]]) -> list[str]:
@@ -307,10 +374,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                  (task_vars.get("vllm_plan_fleet") or {}).items()}
         role_path = Path(str(args.get("role_path", "")))
         if what == "plan":
+            self._members: dict[str, dict[str, Any]] = {}
             plans = self._plan(templars, role_path)
             for plan in plans:
                 for host in plan.hosts:
                     fleet[host] = plan.result
+            fleet.update(self._members)
             result.update(tables=tables(plans), refused=refusals(plans))
             computed = len(plans)
         else:
@@ -336,6 +405,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         spec = argument_spec(role_path)
         validator = ArgumentSpecValidator(spec)
         problems: dict[str, list[str]] = {}
+        members: dict[str, list[tuple[str, dict[str, Any]]]] = {}
 
         evaluated: dict[str, dict[str, Any]] = {}
 
@@ -356,6 +426,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                     raise AnsibleActionFail(f"{host}: {exc}") from None
                 if key is not None:
                     evaluated[key] = values
+                if values.get("vllm_plan_engine_group"):
+                    members.setdefault(str(values["vllm_plan_engine_group"]), []).append(
+                        (host, values))
+                else:  # a member's own inputs mean nothing to a one-host engine
+                    values = {k: v for k, v in values.items() if k not in MEMBER_INPUTS}
                 yield host, values
 
         def compute(inputs: Any, host: str) -> dict[str, Any]:
@@ -364,6 +439,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             if checked.error_messages:
                 problems[host] = checked.error_messages
                 return {}
+            if inputs.get("vllm_plan_engine_group"):  # planned with its group, below
+                return {"engine_group": inputs["vllm_plan_engine_group"]}
             try:
                 return plan_one(dict(inputs))
             except (PlanError, ModelConfigError, AnsibleError) as exc:
@@ -376,7 +453,20 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             raise AnsibleActionFail("Validation of arguments failed (role vllm_plan, entry"
                                     " point main, meta/argument_specs.yml):\n"
                                     + "\n".join(named))
-        return groups
+        planned = [g for g in groups if "engine_group" not in g.result]
+        for name, hosts in members.items():
+            try:
+                entries = plan_engine_group(name, hosts)
+            except (PlanError, ModelConfigError, AnsibleError) as exc:
+                raise AnsibleActionFail(f"{hosts[0][0]}: {exc}") from None
+            first = entries[hosts[0][0]]
+            ranks = [{"rank": e["group"]["rank"], "host": h,
+                      "argv": e["replicas"][0]["plan"]["argv"]} for h, e in entries.items()]
+            planned.append(Group(hosts[0][1], {**first, "group": {**first["group"],
+                                                                  "ranks": ranks}},
+                                 [h for h, _i in hosts]))
+            self._members.update(entries)
+        return planned
 
     def _ports(self, templars: Any, fleet: dict[str, Any],
                roles_dir: str) -> list[Group[list[dict[str, Any]]]]:

@@ -284,3 +284,66 @@ def test_the_example_plans_on_0_34_only_from_a_source_that_carries_its_pins() ->
     out = planned.stdout
     assert out.count("0.34.0 (V1 engine)") >= 4  # the four groups' distinct plans
     assert "--kv-cache-memory-bytes" in out and "changed=0" in out and "failed=0" in out
+
+
+GROUPS = ROOT / "inventories" / "example_groups"
+
+
+def _group_inventory(tmp: Path, hosts: list[str], member_vars: dict[str, dict[str, object]]
+                     | None = None) -> Path:
+    """inventories/example_groups' Qwen3.8 group with other hosts (and per-host variables)."""
+    group_vars = yaml.safe_load((GROUPS / "group_vars" / "h200_qwen38.yml").read_text())
+    group_vars["vllm_plan_model_config_file"] = str(
+        GROUPS / "models" / "Qwen3.8-2.4T-A95B-FP8" / "config.json")
+    inventory = {"all": {"children": {"vllm_servers": {
+        "hosts": {h: (member_vars or {}).get(h) for h in hosts}, "vars": group_vars}}}}
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def test_the_groups_inventory_plans_one_engine_per_group_with_every_ranks_argv() -> None:
+    """Issue 36: Qwen3.8-2.4T-A95B FP8 on 4 x 8 x H200 and bf16 Qwen3.5-397B-A17B on
+    2 x 8 x H100, one engine each, a pipeline stage per host; rank 0 serves, the rest are
+    headless."""
+    result = run_plan(GROUPS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "engine group qwen38-h200: 4 hosts" in out
+    assert "engine group qwen35-bf16-h100: 2 hosts" in out
+    assert "tensor parallel 8 x pipeline 4" in out and "tensor parallel 8 x pipeline 2" in out
+    assert ("h200-g4.gpu.example.internal: ... --nnodes 4 --node-rank 3 --master-addr "
+            "h200-g1.gpu.example.internal --master-port 29500 --headless") in out
+    assert ("h100-g1.gpu.example.internal: ... --nnodes 2 --node-rank 0 --master-addr "
+            "h100-g1.gpu.example.internal --master-port 29500") in out
+    assert "stage 3 layers 69-91" in out and "changed=0" in out and "failed=0" in out
+
+
+def test_a_group_too_small_for_the_model_names_the_fewest_hosts(tmp_path: Path) -> None:
+    result = run_plan(_group_inventory(tmp_path, ["g1.test", "g2.test"]))
+    assert result.returncode != 0
+    out = " ".join(result.stdout.split())
+    assert "weights_exceed_memory" in out
+    assert "pipeline_parallel_size 3 (3 hosts of 8 x H200)" in out
+
+
+def test_members_that_disagree_are_refused_before_any_host(tmp_path: Path) -> None:
+    inventory = _group_inventory(tmp_path, ["g1.test", "g2.test", "g3.test"],
+                                 {"g3.test": {"vllm_plan_gpu_count": 4}})
+    result = run_plan(inventory)
+    assert result.returncode != 0
+    out = " ".join(result.stdout.split())
+    assert ("vllm_plan_engine_group: qwen38-h200: g3.test and g1.test disagree on "
+            "vllm_plan_gpu_count") in out
+    assert "give every member the same planner inputs" in out
+
+
+def test_site_refuses_an_engine_group_before_any_host() -> None:
+    result = subprocess.run(
+        [PLAYBOOK, "-i", str(GROUPS), str(ROOT / "playbooks" / "site.yml"), "--check"],
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode != 0
+    out = " ".join(result.stdout.split())
+    assert ("h200-g1.gpu.example.internal is rank 0 of the multi-host engine group "
+            "qwen38-h200") in out
+    assert "TASK [Driver" not in result.stdout  # nothing past the plan play ran
