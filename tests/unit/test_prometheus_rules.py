@@ -126,6 +126,8 @@ def _unit_test(rendered: Path, name: str, tmp: Path) -> subprocess.CompletedProc
     ("0.6.2", "alerts.test.yml"),
     ("0.32.0", "kv_pool.current.test.yml"),
     ("0.6.2", "kv_pool.legacy.test.yml"),
+    ("0.32.0", "gpu_faults.test.yml"),
+    ("0.6.2", "gpu_faults.test.yml"),
 ])
 def test_each_alert_fires_when_it_should_and_only_then(rendered: dict[str, Path], version: str,
                                                        name: str, tmp_path: Path) -> None:
@@ -297,3 +299,23 @@ def test_a_fleet_half_on_0_32_and_half_on_0_34_gets_one_set_of_rules(tmp_path: P
     assert "Rules for vLLM 0.32.0 and 0.33.0 and 0.34.0" in rules.read_text()
     assert rule_metric_names(rules) <= set(metric_names(parse_version("0.34.0")).values())
     assert promtool("check", "rules", str(rules)).returncode == 0
+
+
+def test_the_gpu_count_alert_expects_each_hosts_own_plan(tmp_path: Path) -> None:
+    """Issue 37: one host:vllm_plan_gpu_count:value per engine host, from its own
+    vllm_plan_gpu_count (host variables over group variables)."""
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example",
+                 host_vars={"h200-a.gpu.example.internal": {"vllm_plan_gpu_count": 4}})
+    rules = yaml.safe_load((out / "vllm.yml").read_text())
+    groups = {g["name"]: g["rules"] for g in rules["groups"]}
+    planned = {r["labels"]["host"]: (r["expr"], r["labels"]["planned"])
+               for r in groups["gpu-plan"]}
+    assert planned == {
+        "h200-a.gpu.example.internal": ("vector(4)", "4"),
+        "h200-b.gpu.example.internal": ("vector(2)", "2"),
+        "h100-a.gpu.example.internal": ("vector(8)", "8"),
+        "h200-c.gpu.example.internal": ("vector(8)", "8"),
+        "h100-b.gpu.example.internal": ("vector(8)", "8"),
+    }
+    alerts = [r for r in groups["gpu-fault-alerts"] if r.get("alert") == "GpuCountBelowPlan"]
+    assert sorted(r["labels"]["source"] for r in alerts) == ["dcgm", "nvidia-smi"]
