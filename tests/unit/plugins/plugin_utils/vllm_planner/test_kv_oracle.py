@@ -209,10 +209,50 @@ def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, 
     return mismatches, refused
 
 
-def _stored(release: str) -> dict[str, Any]:
-    path = STORED / f"kv-{release}.json"
+def stored_verdicts(kind: str, release: str) -> dict[str, Any]:
+    """tests/data/oracle/<kind>-<release>.json (kind: kv, pp, argv)."""
+    path = STORED / f"{kind}-{release}.json"
     assert path.exists(), f"{path} is missing: make oracle VLLM={release}"
     return dict(json.loads(path.read_text()))
+
+
+def _stored(release: str) -> dict[str, Any]:
+    return stored_verdicts("kv", release)
+
+
+def _assert_current(kind: str, release: str, inputs: list[dict[str, Any]]) -> None:
+    """The stored inputs are the ones the planner gives today: else the verdicts answer
+    other questions, and the file must be regenerated."""
+    stored = stored_verdicts(kind, release)
+    assert stored["release"] == release
+    now = {case["id"]: _stored_form(case) for case in inputs}
+    kept = {ident: entry["input"] for ident, entry in stored["cases"].items()}
+    stale = sorted(ident for ident in now.keys() | kept.keys() if now.get(ident) != kept.get(ident))
+    assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/{kind}-{release}.json "
+                       f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
+
+def _live_verdicts(kind: str, release: str, inputs: list[dict[str, Any]]
+                   ) -> dict[str, dict[str, Any]]:
+    """The live release's verdicts on INPUTS; with KV_ORACLE_WRITE=1 they become the stored
+    file, else they must equal it."""
+    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
+    assert all(r.get("release") == release for r in results.values()), \
+        f"the oracle's vLLM is not {release}: {next(iter(results.values())).get('release')}"
+    verdicts = {ident: {k: v for k, v in r.items() if k not in ("id", "release")}
+                for ident, r in results.items()}
+    path = STORED / f"{kind}-{release}.json"
+    if os.environ.get("KV_ORACLE_WRITE") == "1":
+        STORED.mkdir(parents=True, exist_ok=True)
+        data = {"release": release, "regenerate": f"make oracle VLLM={release}",
+                "cases": {case["id"]: {"input": _stored_form(case), "vllm": verdicts[case["id"]]}
+                          for case in inputs}}
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    else:
+        stored = {i: entry["vllm"] for i, entry in stored_verdicts(kind, release)["cases"].items()}
+        assert stored == verdicts, f"tests/data/oracle/{kind}-{release}.json differs from vLLM " \
+                                   f"{release} itself: make oracle VLLM={release}"
+    return verdicts
+
 
 
 def test_the_oracle_covers_the_issue() -> None:
@@ -228,16 +268,7 @@ def test_the_oracle_covers_the_issue() -> None:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_stored_verdicts_answer_todays_cases(release: str) -> None:
-    """The stored inputs are the ones the planner gives today: else the verdicts answer
-    other questions, and the file must be regenerated."""
-    _plans_now, inputs = _plans(release)
-    stored = _stored(release)
-    assert stored["release"] == release
-    now = {case["id"]: _stored_form(case) for case in inputs}
-    kept = {ident: entry["input"] for ident, entry in stored["cases"].items()}
-    stale = sorted(ident for ident in now.keys() | kept.keys() if now.get(ident) != kept.get(ident))
-    assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/kv-{release}.json "
-                       f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
+    _assert_current("kv", release, _plans(release)[1])
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -258,22 +289,7 @@ def test_planner_equals_live_vllm() -> None:
     the stored verdicts; with KV_ORACLE_WRITE=1 its verdicts become the stored file."""
     release = str(LIVE_RELEASE)
     plans, inputs = _plans(release)
-    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
-    assert all(r.get("release") == release for r in results.values()), \
-        f"the oracle's vLLM is not {release}: {next(iter(results.values())).get('release')}"
-    verdicts = {ident: {k: v for k, v in r.items() if k not in ("id", "release")}
-                for ident, r in results.items()}
-    if os.environ.get("KV_ORACLE_WRITE") == "1":
-        STORED.mkdir(parents=True, exist_ok=True)
-        data = {"release": release, "regenerate": f"make oracle VLLM={release}",
-                "cases": {case["id"]: {"input": _stored_form(case), "vllm": verdicts[case["id"]]}
-                          for case in inputs}}
-        (STORED / f"kv-{release}.json").write_text(json.dumps(data, indent=1, sort_keys=True)
-                                                   + "\n")
-    else:
-        stored = {ident: entry["vllm"] for ident, entry in _stored(release)["cases"].items()}
-        assert stored == verdicts, f"tests/data/oracle/kv-{release}.json differs from vLLM " \
-                                   f"{release} itself: make oracle VLLM={release}"
+    verdicts = _live_verdicts("kv", release, inputs)
     mismatches, refused = _mismatches(plans, verdicts)
     matched = len(plans) - len(mismatches)
     print(f"kv oracle (live): {matched}/{len(plans)} cases equal vLLM {release} "
@@ -371,9 +387,7 @@ def _pp_mismatches(plans: dict[str, dict[str, Any]],
 
 
 def _pp_stored(release: str) -> dict[str, Any]:
-    path = STORED / f"pp-{release}.json"
-    assert path.exists(), f"{path} is missing: make oracle VLLM={release}"
-    return dict(json.loads(path.read_text()))
+    return stored_verdicts("pp", release)
 
 
 def test_the_pipeline_oracle_covers_the_issue() -> None:
@@ -388,14 +402,7 @@ def test_the_pipeline_oracle_covers_the_issue() -> None:
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_the_stored_pipeline_verdicts_answer_todays_cases(release: str) -> None:
-    _plans_now, inputs = _pp_plans(release)
-    stored = _pp_stored(release)
-    assert stored["release"] == release
-    now = {case["id"]: _stored_form(case) for case in inputs}
-    kept = {ident: entry["input"] for ident, entry in stored["cases"].items()}
-    stale = sorted(ident for ident in now.keys() | kept.keys() if now.get(ident) != kept.get(ident))
-    assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/pp-{release}.json "
-                       f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
+    _assert_current("pp", release, _pp_plans(release)[1])
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -414,20 +421,7 @@ def test_planner_equals_vllm_per_stage(release: str) -> None:
 def test_pipeline_equals_live_vllm() -> None:
     release = str(LIVE_RELEASE)
     plans, inputs = _pp_plans(release)
-    results = {r["id"]: r for r in _run_oracle(json.dumps(inputs))}
-    assert all(r.get("release") == release for r in results.values())
-    verdicts = {ident: {k: v for k, v in r.items() if k not in ("id", "release")}
-                for ident, r in results.items()}
-    if os.environ.get("KV_ORACLE_WRITE") == "1":
-        data = {"release": release, "regenerate": f"make oracle VLLM={release}",
-                "cases": {case["id"]: {"input": _stored_form(case), "vllm": verdicts[case["id"]]}
-                          for case in inputs}}
-        (STORED / f"pp-{release}.json").write_text(json.dumps(data, indent=1, sort_keys=True)
-                                                   + "\n")
-    else:
-        stored = {ident: entry["vllm"] for ident, entry in _pp_stored(release)["cases"].items()}
-        assert stored == verdicts, f"tests/data/oracle/pp-{release}.json differs from vLLM " \
-                                   f"{release} itself: make oracle VLLM={release}"
+    verdicts = _live_verdicts("pp", release, inputs)
     mismatches = _pp_mismatches(plans, verdicts)
     matched = len(plans) - len(mismatches)
     print(f"pp oracle (live): {matched}/{len(plans)} cases equal vLLM {release}")

@@ -28,7 +28,15 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.re
     plan_replicas,
 )
 from planner_golden import as_role_passes, inventory_option_sets
-from test_kv_oracle import FP8_CHECKPOINT, IMAGE, LIVE_RELEASE, RELEASES, STORED, _config
+from test_kv_oracle import (
+    FP8_CHECKPOINT,
+    IMAGE,
+    LIVE_RELEASE,
+    RELEASES,
+    STORED,
+    _config,
+    stored_verdicts,
+)
 
 ROOT = Path(__file__).resolve().parents[5]
 CHECK = ROOT / "tests" / "oracle" / "argv_check.py"
@@ -83,9 +91,7 @@ def _argvs(release: str) -> dict[str, list[str]]:
 
 
 def _stored(release: str) -> dict[str, Any]:
-    path = STORED / f"argv-{release}.json"
-    assert path.exists(), f"{path} is missing: make oracle VLLM={release}"
-    return dict(json.loads(path.read_text()))
+    return stored_verdicts("argv", release)
 
 
 def _run_check(payload: str) -> list[dict[str, Any]]:
