@@ -75,6 +75,9 @@ PORT_VARIABLES: dict[str, str] = {
 IGNORED: dict[str, str] = {
     "host_firewall_ssh_port":
         "the port sshd already listens on, for the allowlist; no role binds it",
+    "vllm_plan_group_master_port":
+        "a multi-host engine group's rendezvous on its rank 0; site.yml deploys no group yet "
+        "(it refuses them before any host changes), so nothing binds it",
 }
 
 
