@@ -21,6 +21,7 @@ image localhost/testhost:engine (CI, after `make images`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -154,6 +155,7 @@ def _stored_form(case: dict[str, Any]) -> dict[str, Any]:
             "config_sha256": hashlib.sha256(config).hexdigest()}
 
 
+@functools.cache  # each release's plans serve both checks
 def _plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     plans, inputs = {}, []
     for ident, cfg, opts in _cases(release):
@@ -350,6 +352,7 @@ def _pp_cases(release: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     return cases
 
 
+@functools.cache
 def _pp_plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     plans, inputs = {}, []
     for ident, cfg, opts in _pp_cases(release):
