@@ -28,12 +28,15 @@ if [[ -x ${venv}/bin/python ]] &&
   exit 0
 fi
 mkdir -p "${home}/wheels"
-wheel=$(ls "${home}/wheels/vllm-${version}-"*.whl 2>/dev/null | head -n 1 || true)
-if [[ -z ${wheel} ]]; then
+shopt -s nullglob
+wheels=("${home}/wheels/vllm-${version}-"*.whl)
+if ((${#wheels[@]} == 0)); then
   "${python}" -m pip download --quiet --no-deps --only-binary :all: --dest "${home}/wheels" \
     "vllm==${version}" >&2
-  wheel=$(ls "${home}/wheels/vllm-${version}-"*.whl | head -n 1)
+  wheels=("${home}/wheels/vllm-${version}-"*.whl)
 fi
+((${#wheels[@]} > 0)) || { echo "oracle-env: no vllm ${version} wheel downloaded" >&2; exit 1; }
+wheel=${wheels[0]}
 rm -rf "${venv}"
 "${python}" -m venv "${venv}"
 pip=("${venv}/bin/python" -m pip --quiet --disable-pip-version-check)

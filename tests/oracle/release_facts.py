@@ -50,7 +50,7 @@ logging.disable(logging.WARNING)
 warnings.simplefilter("ignore")
 
 import vllm  # noqa: E402
-import vllm.platforms as platforms  # noqa: E402
+from vllm import platforms  # noqa: E402
 from vllm.platforms.interface import Platform, PlatformEnum  # noqa: E402
 
 HTTP_METHODS = frozenset({"get", "post", "put", "delete", "patch", "head", "options",

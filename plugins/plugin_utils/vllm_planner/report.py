@@ -61,9 +61,8 @@ def plan_table(plan: Mapping[str, Any], title: str = "") -> str:
         ("model", str(plan["model"])),
         ("gpu", f"{gpu['name']} ({_gib(gpu['memory_bytes'])} GiB usable)"),
         ("vllm", f"{plan['vllm_version']} ({plan['engine']} engine)"),
-        ("tensor parallel", str(plan["tensor_parallel_size"])
-                            + (f" x pipeline {plan['pipeline_parallel_size']}"
-                               if plan.get("pipeline") else "")),
+        ("tensor parallel", str(plan["tensor_parallel_size"]) + (
+            f" x pipeline {plan['pipeline_parallel_size']}" if plan.get("pipeline") else "")),
         *_stack_rows(plan.get("engine_stack")),
         ("kv bytes/token/gpu", f"{plan['kv_bytes_per_token']:,} ({plan['kv_cache_dtype']})"),
         ("weights GiB/gpu", f"{_gib(plan['weights_bytes_per_gpu'])} "

@@ -239,6 +239,7 @@ def _assert_current(kind: str, release: str, inputs: list[dict[str, Any]]) -> No
     assert not stale, (f"{len(stale)} cases changed since tests/data/oracle/{kind}-{release}.json "
                        f"was generated (e.g. {stale[0]}): make oracle VLLM={release}")
 
+
 def _live_verdicts(kind: str, release: str, inputs: list[dict[str, Any]]
                    ) -> dict[str, dict[str, Any]]:
     """The live release's verdicts on INPUTS; with KV_ORACLE_WRITE=1 they become the stored
@@ -260,7 +261,6 @@ def _live_verdicts(kind: str, release: str, inputs: list[dict[str, Any]]
         assert stored == verdicts, f"tests/data/oracle/{kind}-{release}.json differs from vLLM " \
                                    f"{release} itself: make oracle VLLM={release}"
     return verdicts
-
 
 
 def test_the_oracle_covers_the_issue() -> None:

@@ -37,7 +37,7 @@ def _vllm_get_pp_indices(num_layers: int, rank: int, size: int) -> tuple[int, in
     """vllm/distributed/utils.py get_pp_indices (0.32.0-0.34.0) without the override,
     as written there."""
     layers_per_partition = num_layers // size
-    parts = [layers_per_partition for _ in range(size)]
+    parts = [layers_per_partition] * size
     if remaining := num_layers % size:
         for i in range(2, remaining + 2):
             parts[-i] += 1

@@ -61,7 +61,7 @@ GROUPS: list[tuple[str, dict[str, Any], int, str, dict[str, Any]]] = [
 def _group_argvs(release: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for name, config, hosts, gpu, extra in GROUPS:
-        model = name.split("/")[0]
+        model = name.split("/", maxsplit=1)[0]
         opts = {**as_role_passes({"gpu": gpu, **extra}, model), "vllm_version": release,
                 "install_source": "site", "port": 8000}
         names = [f"gpu-{i}.example" for i in range(hosts)]
