@@ -5,14 +5,14 @@
 
 Two steps, the second pure:
 
-1. wheel -> facts (needs the wheel and a Python that imports it): the wheel (``pip download
-   --no-deps`` into .oracle/wheels, reused), its METADATA (Requires-Dist), the oracle Python
-   of scripts/oracle-env.sh running tests/oracle/release_facts.py (the ``vllm serve`` parser's
-   flags and deprecations, CacheConfig's sizing defaults, the Prometheus metric names and
-   the HTTP routes), the CUDA of the torch the release pins (the stack table's row for that
-   torch, else that torch's own metadata through scripts/vllm_stack_table.py), and, for every
-   exact ``==`` pin a default Linux x86_64 install takes, the versions the configured indexes
-   carry (``pip index versions``, the site's pip configuration). Saved as
+1. wheel -> facts (needs the wheel and a Python that imports it): the wheel (downloaded once
+   by scripts/oracle-env.sh into .oracle/wheels), its METADATA (Requires-Dist), the oracle
+   Python of scripts/oracle-env.sh running tests/oracle/release_facts.py (the ``vllm serve``
+   parser's flags and deprecations, CacheConfig's sizing defaults, the Prometheus metric names
+   and the HTTP routes), the CUDA of the torch the release pins (the stack table's row for
+   that torch, else that torch's own metadata through scripts/vllm_stack_table.py), and, for
+   every exact ``==`` pin a default Linux x86_64 install takes, the versions the configured
+   indexes carry (``pip index versions``, the site's pip configuration). Saved as
    tests/data/releases/vllm-VERSION.json.
 2. facts -> table: plugins/plugin_utils/vllm_planner/releases/vX_Y_Z.py (``RELEASE``, sorted,
    no dates or paths), the import block of releases/__init__.py and the FlashInfer kernel
@@ -361,15 +361,12 @@ def oracle_home() -> Path:
     return Path(os.environ.get("ORACLE_HOME", ROOT / ".oracle"))
 
 
-def get_wheel(version: str, python: str) -> Path:
-    wheels = oracle_home() / "wheels"
-    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+def kept_wheel(version: str) -> Path:
+    """The release's wheel, which scripts/oracle-env.sh downloaded and keeps."""
+    found = sorted((oracle_home() / "wheels").glob(f"vllm-{version}-*.whl"))
     if not found:
-        wheels.mkdir(parents=True, exist_ok=True)
-        subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary", ":all:", "--dest", str(wheels), f"vllm=={version}"],
-                       check=True)
-        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+        raise SystemExit(f"vllm-release: no vllm {version} wheel in {oracle_home() / 'wheels'}"
+                         " after scripts/oracle-env.sh")
     return found[0]
 
 
@@ -418,9 +415,8 @@ def oracle_python(version: str) -> str:
 
 
 def read_facts(version: str, pip_python: str) -> Facts:
-    wheel = get_wheel(version, pip_python)
-    requires = wheel_requires(wheel)
-    python = oracle_python(version)
+    python = oracle_python(version)  # downloads the wheel once, and keeps it
+    requires = wheel_requires(kept_wheel(version))
     proc = subprocess.run([python, str(RELEASE_FACTS)], stdout=subprocess.PIPE, text=True,
                           check=True)
     pins = exact_pins(requires)
@@ -470,7 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-oracle", action="store_true", help="skip `make oracle`")
     parser.add_argument("--facts", type=Path, help="take the facts from this JSON file")
     parser.add_argument("--pip-python", default=sys.executable,
-                        help="Python whose pip downloads the wheel and reads the indexes")
+                        help="Python whose pip reads the indexes "
+                             "(scripts/oracle-env.sh downloads the wheel)")
     args = parser.parse_args(argv)
 
     all_facts = recorded_facts()

@@ -374,12 +374,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                  (task_vars.get("vllm_plan_fleet") or {}).items()}
         role_path = Path(str(args.get("role_path", "")))
         if what == "plan":
-            self._members: dict[str, dict[str, Any]] = {}
-            plans = self._plan(templars, role_path)
+            plans, members = self._plan(templars, role_path)
             for plan in plans:
                 for host in plan.hosts:
                     fleet[host] = plan.result
-            fleet.update(self._members)
+            fleet.update(members)
             result.update(tables=tables(plans), refused=refusals(plans))
             computed = len(plans)
         else:
@@ -397,11 +396,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                           f" {computed} {what} computations")
         return result
 
-    def _plan(self, templars: Any,
-              role_path: Path) -> list[Group[dict[str, Any]]]:
+    def _plan(self, templars: Any, role_path: Path
+              ) -> tuple[list[Group[dict[str, Any]]], dict[str, dict[str, Any]]]:
         """Each host's inputs: the role's variables (checked against its argument spec, as
         the validation task of a role would on each host, once per distinct set of values)
-        and EXTRA_INPUTS; then one plan per distinct set."""
+        and EXTRA_INPUTS; then one plan per distinct set, and one per multi-host engine
+        group. Returns the plans (a group's as one, for its table and refusals) and each
+        group member's own entry (its rank's argv)."""
         spec = argument_spec(role_path)
         validator = ArgumentSpecValidator(spec)
         problems: dict[str, list[str]] = {}
@@ -454,6 +455,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                                     " point main, meta/argument_specs.yml):\n"
                                     + "\n".join(named))
         planned = [g for g in groups if "engine_group" not in g.result]
+        member_entries: dict[str, dict[str, Any]] = {}
         for name, hosts in members.items():
             try:
                 entries = plan_engine_group(name, hosts)
@@ -465,8 +467,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             planned.append(Group(hosts[0][1], {**first, "group": {**first["group"],
                                                                   "ranks": ranks}},
                                  [h for h, _i in hosts]))
-            self._members.update(entries)
-        return planned
+            member_entries.update(entries)
+        return planned, member_entries
 
     def _ports(self, templars: Any, fleet: dict[str, Any],
                roles_dir: str) -> list[Group[list[dict[str, Any]]]]:

@@ -8,6 +8,7 @@ engine arguments; the memory figures are calibrated against real start-up logs
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .errors import PlanError
@@ -222,13 +223,24 @@ class EngineTraits:
 MIB = 1 << 20
 
 
-BLOCK_64_SINCE = (0, 34, 0)  # CacheConfig.DEFAULT_BLOCK_SIZE 16 -> 64
-EXTENSIBLE_KV_SINCE = (0, 34, 0)  # CacheConfig.enable_extensible_kv_cache on CUDA
 GDN_CHECKPOINTS_SINCE = (0, 33, 0)
+# Before the oldest release read from its wheel (releases/): CacheConfig's block size 16,
+# the pool sized by profiling.
+SIZING_BEFORE_TABLES: dict[str, object] = {"default_block_size": 16,
+                                           "extensible_kv_cache_default": False}
+
+
+def _sizing(version: Version) -> dict[str, object]:
+    """The sizing defaults the release's own CacheConfig has (releases/, read from its wheel
+    by scripts/vllm-release.py): the newest release read at or before VERSION, which also
+    stands for releases newer than the table."""
+    read = [(v, label) for v, label in _table_versions() if v <= version]
+    return dict(RELEASES[read[-1][1]]["sizing"]) if read else SIZING_BEFORE_TABLES
 
 
 def traits(version: Version) -> EngineTraits:
     v1 = version >= V1_DEFAULT
+    sizing = _sizing(version)
     return EngineTraits(
         version=version,
         engine="V1" if v1 else "V0",
@@ -244,9 +256,9 @@ def traits(version: Version) -> EngineTraits:
         # 0.54-2.17 GiB per GPU with NCCL at TP>1 (3.58 GiB on that 0.6.5 build).
         non_torch_bytes_tp1=(384 if v1 else 2048) * MIB,
         non_torch_bytes_tp=(2560 if v1 else 4096) * MIB,
-        default_block_size=64 if version >= BLOCK_64_SINCE else 16,
+        default_block_size=int(str(sizing["default_block_size"])),
         gdn_prefill_checkpoints=version >= GDN_CHECKPOINTS_SINCE,
-        extensible_kv_default=version >= EXTENSIBLE_KV_SINCE,
+        extensible_kv_default=bool(sizing["extensible_kv_cache_default"]),
     )
 
 
@@ -280,8 +292,9 @@ def _label(version: Version) -> str:
     return ".".join(map(str, version))
 
 
-def _table_versions() -> list[tuple[Version, str]]:
-    return sorted((parse_version(label), label) for label in RELEASES)
+@functools.cache
+def _table_versions() -> tuple[tuple[Version, str], ...]:
+    return tuple(sorted((parse_version(label), label) for label in RELEASES))
 
 
 def flag_refusal(flag: str, version: Version) -> str | None:

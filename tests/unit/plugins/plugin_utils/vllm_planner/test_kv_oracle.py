@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,9 +191,15 @@ def _run_oracle(payload: str) -> list[dict[str, Any]]:
     return run_in_vllm(ORACLE, payload)
 
 
-def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, Any]]
+Compared = tuple[tuple[Any, ...], tuple[Any, ...]]
+
+
+def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, Any]],
+                compared: Callable[[dict[str, Any], dict[str, Any]], Compared] | None = None
                 ) -> tuple[list[str], int]:
-    """Where the planner differs from vLLM, and how many cases both refuse to start."""
+    """Where the planner differs from vLLM, and how many cases both refuse to start.
+    COMPARED gives (planner's, vLLM's) figures of a case both start; default: block size,
+    num_gpu_blocks and the concurrency vLLM logs."""
     mismatches = []
     refused = 0
     for ident, plan in plans.items():
@@ -209,12 +216,16 @@ def _mismatches(plans: dict[str, dict[str, Any]], verdicts: dict[str, dict[str, 
             continue
         if flagged:
             mismatches.append(f"{ident}: vLLM starts, the plan says context_exceeds_pool")
-        got = (plan["block_size"], plan["num_gpu_blocks"],
-               round(plan["max_concurrency_at_max_model_len"], 4))
-        want = (vllm["block_size"], vllm["num_blocks"], round(vllm["max_concurrency"], 4))
+        got, want = (compared or _one_pool)(plan, vllm)
         if got != want:
             mismatches.append(f"{ident}: planner {got} != vLLM {want}")
     return mismatches, refused
+
+
+def _one_pool(plan: dict[str, Any], vllm: dict[str, Any]) -> Compared:
+    return ((plan["block_size"], plan["num_gpu_blocks"],
+             round(plan["max_concurrency_at_max_model_len"], 4)),
+            (vllm["block_size"], vllm["num_blocks"], round(vllm["max_concurrency"], 4)))
 
 
 def stored_verdicts(kind: str, release: str) -> dict[str, Any]:
@@ -368,31 +379,18 @@ def _pp_plans(release: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, A
     return plans, inputs
 
 
+def _per_stage(plan: dict[str, Any], vllm: dict[str, Any]) -> Compared:
+    pipe = plan["pipeline"]
+    return ((plan["block_size"], [s["layers"] for s in pipe["stages"]],
+             [s["num_gpu_blocks"] for s in pipe["stages"]], pipe["num_gpu_blocks"],
+             round(pipe["max_concurrency_at_max_model_len"], 4)),
+            (vllm["block_size"], vllm["stage_layers"], vllm["stage_num_blocks"],
+             vllm["num_blocks"], round(vllm["max_concurrency"], 4)))
+
+
 def _pp_mismatches(plans: dict[str, dict[str, Any]],
                    verdicts: dict[str, dict[str, Any]]) -> list[str]:
-    mismatches = []
-    for ident, plan in plans.items():
-        vllm = verdicts[ident]
-        if "error" in vllm:
-            mismatches.append(f"{ident}: vLLM raised {vllm['error']}")
-            continue
-        flagged = "context_exceeds_pool" in {h["id"] for h in plan["hazards"]}
-        if "refused" in vllm:
-            if not flagged:
-                mismatches.append(f"{ident}: vLLM refuses ({vllm['refused']}), the plan "
-                                  "has no context_exceeds_pool hazard")
-            continue
-        if flagged:
-            mismatches.append(f"{ident}: vLLM starts, the plan says context_exceeds_pool")
-        pipe = plan["pipeline"]
-        got = (plan["block_size"], [s["layers"] for s in pipe["stages"]],
-               [s["num_gpu_blocks"] for s in pipe["stages"]], pipe["num_gpu_blocks"],
-               round(pipe["max_concurrency_at_max_model_len"], 4))
-        want = (vllm["block_size"], vllm["stage_layers"], vllm["stage_num_blocks"],
-                vllm["num_blocks"], round(vllm["max_concurrency"], 4))
-        if got != want:
-            mismatches.append(f"{ident}: planner {got} != vLLM {want}")
-    return mismatches
+    return _mismatches(plans, verdicts, _per_stage)[0]
 
 
 def _pp_stored(release: str) -> dict[str, Any]:
