@@ -49,7 +49,8 @@ def restart_replicas(plan_replicas: list[dict[str, Any]],
                   if "--served-model-name" in argv[:-1] else str(r["plan"]["model"]))
         out.append({"name": str(r["name"]), "unit": f"{r['name']}.service",
                     "port": int(r["port"]), "model": served,
-                    "env_file": f"{config_dir}/{r['name']}.env"})
+                    "env_file": f"{config_dir}/{r['name']}.env",
+                    "headless": bool((r.get("group") or {}).get("headless", False))})
     return out
 
 

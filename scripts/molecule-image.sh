@@ -23,6 +23,7 @@ declare -A IMAGES=(
   [vllm_server]="${ENGINE_IMAGE}"
   [operations]="${ENGINE_IMAGE}"
   [benchmark]="${ENGINE_IMAGE}"
+  [engine_group]="${ENGINE_IMAGE}"
 )
 readonly IMAGES
 

@@ -222,7 +222,7 @@ def plan_one(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 # The inputs a member of an engine group may have of its own; every other must be the group's.
-MEMBER_INPUTS = ("vllm_plan_group_address",)
+MEMBER_INPUTS = ("vllm_plan_group_address", "vllm_plan_group_interface")
 
 
 def plan_engine_group(name: str, members: list[tuple[str, dict[str, Any]]]
@@ -249,10 +249,15 @@ def plan_engine_group(name: str, members: list[tuple[str, dict[str, Any]]]
                    "port": first["vllm_plan_base_port"],
                    "cuda_visible_devices": ",".join(map(str, range(gpus))),
                    "plan": {**rank["plan"], "argv": rank["argv"]}}
-        out[host] = {**_entry([replica], inputs, read),
-                     "group": {"name": name, "rank": rank["rank"], "hosts": hosts,
-                               "headless": rank["headless"],
-                               "environment": rank["environment"]}}
+        group = {"name": name, "rank": rank["rank"], "hosts": hosts, "size": len(hosts),
+                 "headless": rank["headless"], "environment": rank["environment"],
+                 # The fabric: this member's address and interface, rank 0's rendezvous.
+                 "address": str(inputs["vllm_plan_group_address"]),
+                 "interface": str(inputs["vllm_plan_group_interface"]),
+                 "master_address": str(first["vllm_plan_group_address"]),
+                 "master_port": int(first["vllm_plan_group_master_port"]),
+                 "peers": [str(i["vllm_plan_group_address"]) for h, i in members if h != host]}
+        out[host] = {**_entry([{**replica, "group": group}], inputs, read), "group": group}
     return out
 
 

@@ -438,9 +438,35 @@ def test_the_replicas_file_names_the_served_model() -> None:
                                         "tiny", "--port", "8001"]}
     assert restart_replicas([{"name": "vllm-1", "port": 8001, "plan": plan}], "/etc/x") == [
         {"name": "vllm-1", "unit": "vllm-1.service", "port": 8001, "model": "tiny",
-         "env_file": "/etc/x/vllm-1.env"}]
+         "env_file": "/etc/x/vllm-1.env", "headless": False}]
     assert restart_replicas([{"name": "vllm-0", "port": 8000,
                               "plan": {"model": "/srv/m", "argv": []}}])[0]["model"] == "/srv/m"
+    # A headless rank of an engine group (vllm_plan's replica carries its group).
+    member = {"name": "vllm-0", "port": 8000, "plan": {"model": "/srv/m", "argv": []},
+              "group": {"name": "g", "rank": 1, "headless": True}}
+    assert restart_replicas([member])[0]["headless"] is True
+
+
+@pytest.mark.parametrize("mode", ["restart", "stop", "ready"])
+def test_a_headless_group_rank_is_handled_without_gateway_or_health(
+        tmp_path: Path, run_main: Any, mode: str) -> None:
+    """A headless rank serves no API: no drain, no /health, no test completion; systemctl
+    alone, and a restart or start must leave the unit active (and clear its mark)."""
+    config = write_config(tmp_path)
+    data = json.loads(config.read_text())
+    data["replicas"] = [{**data["replicas"][0], "headless": True}]
+    config.write_text(json.dumps(data))
+    (config.parent / "vllm-0.restart-pending").write_text("pending\n")
+    host = FakeHost(None, active={"vllm-0.service"})
+    code, log, _ = run_main(host, mode, "--config", str(config))
+    verb = {"restart": "restart", "stop": "stop", "ready": "start"}[mode]
+    assert code == 0, log
+    assert host.calls == [f"systemctl {verb} vllm-0.service"], host.calls
+    assert "headless rank of an engine group" in log
+    assert (config.parent / "vllm-0.restart-pending").exists() == (mode == "stop")
+    host = FakeHost(None, active=set())  # the unit did not come up
+    code, log, _ = run_main(host, "restart", "--config", str(config))
+    assert code == 1 and "headless rank not active" in log
 
 
 def test_unknown_replicas_and_a_missing_configuration_are_usage_errors(

@@ -53,6 +53,9 @@ class Replica:
     model: str
     unit: str = ""
     env_file: str = ""
+    # A headless rank of a multi-host engine group: it serves no API (rank 0 does, and its
+    # start waits for every rank), so it is restarted without a drain or a health wait.
+    headless: bool = False
 
     @property
     def unit_name(self) -> str:
@@ -89,7 +92,8 @@ def load_config(path: Path) -> Config:
     directory holds the pending-restart markers."""
     data = json.loads(path.read_text())
     replicas = tuple(Replica(str(r["name"]), int(r["port"]), str(r["model"]),
-                             str(r.get("unit", "")), str(r.get("env_file", "")))
+                             str(r.get("unit", "")), str(r.get("env_file", "")),
+                             bool(r.get("headless", False)))
                      for r in data["replicas"])
     return Config(replicas, Path(str(data.get("gateway_socket", "/run/haproxy/admin.sock"))),
                   str(data.get("backend", "vllm")), path.parent,
@@ -377,7 +381,22 @@ class Restarter:
         self.idle(replica, position.behind_gateway)
         return True, before
 
+    def headless(self, replica: Replica, verb: str) -> bool:
+        """A group's headless rank: systemctl VERB, no gateway, no /health of its own."""
+        result = self.system(["systemctl", verb, replica.unit_name])
+        if result.returncode != 0:
+            return self.fail(replica, f"systemctl {verb}: {result.stderr.strip()}")
+        if verb != "stop" and not self.active(replica):
+            return self.fail(replica, f"headless rank not active after systemctl {verb}")
+        self.log(replica, f"headless rank of an engine group: {verb} done (rank 0's start "
+                 "waits for every rank)")
+        if verb != "stop":
+            self.clear_pending(replica)
+        return True
+
     def restart(self, replica: Replica) -> bool:
+        if replica.headless:
+            return self.headless(replica, "restart")
         self.log(replica, "restart begins")
         if not self.active(replica):
             self.log(replica, "not running: starting it (nothing to drain)")
@@ -408,6 +427,8 @@ class Restarter:
         self.log(replica, f"downtime over: {counted} (reason: {self.config.downtime_reason})")
 
     def stop(self, replica: Replica) -> bool:
+        if replica.headless:
+            return self.headless(replica, "stop")
         if not self.active(replica):
             self.log(replica, "not running; nothing to stop")
             return True
@@ -427,6 +448,8 @@ class Restarter:
         return True
 
     def ready(self, replica: Replica) -> bool:
+        if replica.headless:
+            return self.headless(replica, "start")
         if not self.active(replica):
             result = self.system(["systemctl", "start", replica.unit_name])
             if result.returncode != 0:
