@@ -119,9 +119,10 @@ def test_a_fabric_interface_that_does_not_exist_is_refused_before_any_change(
               for m in (rank0, rank1)}
     run = playbook_run("converge.yml", "-e", "vllm_plan_group_interface=fab9",
                        "-e", CHANGE)
+    out = run.stdout + run.stderr  # molecule's env may send failures to stderr
     assert run.returncode != 0
-    assert "vllm_plan_group_interface 'fab9'" in run.stdout, run.stdout[-3000:]
-    assert "no interface of this host by that name holds that address" in run.stdout
+    assert "vllm_plan_group_interface 'fab9'" in out, out[-3000:]
+    assert "no interface of this host by that name holds that address" in out
     assert {m: (invocation(m), m.file("/etc/vllm/vllm-0.env").sha256sum)
             for m in (rank0, rank1)} == before
 
