@@ -17,6 +17,10 @@ here and never passed on as if its text were the value: it is *unknown* to the r
   caller's rule for an unset variable applies (the port plan counts an unset address as
   every interface, and names an unset port as not a port).
 
+The facts each role publishes under its own prefix (PUBLISHED_FACTS, one list per role) are
+declared here too: the unknown-variable check (plugin_utils/role_vars.py) accepts them beside
+the argument specs' options.
+
 No Ansible import: plain Python, shared by the filters (filter_plugins/) and the actions.
 """
 
@@ -26,6 +30,7 @@ import copy
 import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -34,6 +39,35 @@ import yaml
 # this file with a roles/vllm_plan.
 ROLES_DIR = next(p / "roles" for p in Path(__file__).resolve().parents
                  if (p / "roles" / "vllm_plan").is_dir())
+
+
+# The facts each role publishes under its own prefix for later tasks, roles and plays (set_fact,
+# register, set_stats, an action's facts): outputs, which no argument spec lists, yet no
+# misspelling either. One list per role, here only; the unknown-variable check accepts them
+# (plugin_utils/role_vars.py), and tests/unit/plugins/filter/test_role_vars.py fails when a
+# role publishes a name under its prefix that its list lacks, or a role has no list.
+PUBLISHED_FACTS: Mapping[str, frozenset[str]] = MappingProxyType({
+    "benchmark": frozenset(),
+    "cuda_toolkit": frozenset(),
+    "engine_gateway": frozenset(),
+    "engine_restarts": frozenset(),
+    "gpu_metrics": frozenset(),
+    "host_firewall": frozenset(),
+    # tasks/main.yml: the live revision, for the engine role (vllm_server_model_revision and
+    # _model_replaced default to two of them) and the molecule checks.
+    "model_artifacts": frozenset({
+        "model_artifacts_live_path", "model_artifacts_revision", "model_artifacts_config",
+        "model_artifacts_report", "model_artifacts_repaired", "model_artifacts_repaired_files"}),
+    "nvidia_driver": frozenset(),
+    "prometheus_server": frozenset(),
+    "vllm_install": frozenset(),
+    # The plan_fleet action (plugins/action/plan_fleet.py): the fleet's plan and its per-host
+    # views, for every later role and play.
+    "vllm_plan": frozenset({
+        "vllm_plan_fleet", "vllm_plan_replicas", "vllm_plan_served_name",
+        "vllm_plan_engine_stack", "vllm_plan_ports"}),
+    "vllm_server": frozenset(),
+})
 
 
 class RoleDefaultError(ValueError):
@@ -130,3 +164,15 @@ def known_role_vars(role_dir: str | Path) -> set[str]:
     """Every option of every entry point of the role's meta/argument_specs.yml."""
     return {name for entry in argument_specs(role_dir).values()
             for name in ((entry or {}).get("options") or {})}
+
+
+def published_role_vars(role_dir: str | Path) -> frozenset[str]:
+    """The facts the role at ROLE_DIR publishes under its prefix (PUBLISHED_FACTS; none for a
+    role it does not list)."""
+    return PUBLISHED_FACTS.get(Path(role_dir).name, frozenset())
+
+
+def role_dirs(roles_dir: str | Path = ROLES_DIR) -> dict[str, Path]:
+    """Every role under ROLES_DIR that has argument specs: name -> its folder."""
+    return {p.name: p for p in sorted(Path(roles_dir).iterdir())
+            if (p / "meta" / "argument_specs.yml").is_file()}
