@@ -31,6 +31,12 @@ from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.model_config im
     ModelConfigError,
     model_config,
 )
+from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.plan_warnings import (
+    ALERT_VARIABLES,
+    RESTART_VARIABLES,
+    silent_alerts,
+    skipped_restarts,
+)
 from ansible_collections.vllm_fleet.serving.plugins.plugin_utils.port_plan import (
     PORT_VARIABLES,
     PortPlanError,
@@ -127,6 +133,7 @@ VIEWS = {
     "plan": {"vllm_plan_replicas": "replicas", "vllm_plan_served_name": "served_name",
              "vllm_plan_engine_stack": "engine_stack"},
     "ports": {"vllm_plan_ports": "ports"},
+    "warnings": {},  # publishes nothing: returns plan_warnings
 }
 
 
@@ -386,6 +393,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             fleet.update(members)
             result.update(tables=tables(plans), refused=refusals(plans))
             computed = len(plans)
+        elif what == "warnings":
+            result["plan_warnings"], computed = self._warnings(task_vars, hosts, fleet,
+                                                               role_path.parent)
+            result.update(changed=False, hosts=len(hosts), planner_calls=computed,
+                          msg=f"{len(hosts)} hosts, {len(result['plan_warnings'])} warnings")
+            return result
         else:
             ports = self._ports(templars, fleet, str(role_path.parent))
             clashes = []
@@ -474,6 +487,49 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
                                  [h for h, _i in hosts]))
             member_entries.update(entries)
         return planned, member_entries
+
+    def _warnings(self, task_vars: dict[str, Any], hosts: list[str], fleet: dict[str, Any],
+                  roles_dir: Path) -> tuple[list[str], int]:
+        """What the deployment will not do (plugin_utils/plan_warnings.py): the engine hosts'
+        restart variables with their planned replicas, and the Alertmanager variables of each
+        host of the inventory group prometheus_servers (in the play or not). Returns the
+        warnings and how many distinct sets of values were evaluated."""
+        servers = [str(h) for h in (task_vars.get("groups") or {}).get("prometheus_servers", [])]
+        engine_hosts, server_hosts = set(hosts), set(servers)
+        engines: dict[str, tuple[int, dict[str, Any]]] = {}
+        alerting: dict[str, dict[str, Any]] = {}
+        evaluated: dict[str, dict[str, Any]] = {}
+        for host, templar in self._host_templars(task_vars, list(dict.fromkeys(hosts + servers))):
+            variables = templar.available_variables
+            wanted: list[str] = []
+            if host in engine_hosts:
+                if host not in fleet:
+                    raise AnsibleActionFail(
+                        f"plan_fleet: {host} has no plan. Fix: run the role's main tasks"
+                        " (roles/vllm_plan) before its warnings tasks, in the same play.")
+                wanted += RESTART_VARIABLES
+            if host in server_hosts:
+                wanted += ALERT_VARIABLES
+            names = [n for n in wanted if n in variables]
+            # Hosts whose raw values are equal evaluate to equal values: evaluate once.
+            key = raw_key(variables, names)
+            if key is not None and key in evaluated:
+                values = evaluated[key]
+            else:
+                try:
+                    values = self._evaluate(templar, {n: n for n in names})
+                except AnsibleError as exc:
+                    raise AnsibleActionFail(f"{host}: {exc}") from None
+                if key is not None:
+                    evaluated[key] = values
+            # A member of a multi-host engine group is planned, not deployed (site.yml
+            # refuses the group): no restart of it to warn about.
+            if host in engine_hosts and "group" not in fleet[host]:
+                engines[host] = (len(fleet[host]["replicas"]), values)
+            if host in server_hosts:
+                alerting[host] = values
+        return (skipped_restarts(engines, roles_dir) + silent_alerts(alerting, roles_dir),
+                len(evaluated))
 
     def _ports(self, templars: Any, fleet: dict[str, Any],
                roles_dir: str) -> list[Group[list[dict[str, Any]]]]:

@@ -19,6 +19,9 @@ description:
     per-host views C(vllm_plan_replicas), C(vllm_plan_served_name), C(vllm_plan_engine_stack)
     (O(what=plan)) or C(vllm_plan_ports) (O(what=ports)), each evaluated for the host that
     reads it.
+  - O(what=warnings) publishes nothing; it returns what the deployment will not do (a host
+    planned with one replica gets no weekly restart; Alertmanager receivers without a
+    destination), for the plan play to print, not to refuse.
 author:
   - vllm-fleet maintainers (@vllm-fleet)
 attributes:
@@ -38,10 +41,10 @@ options:
     elements: str
     required: true
   what:
-    description: V(plan) the replicas, or V(ports) every port of each host across the roles
-      (after V(plan)).
+    description: V(plan) the replicas, V(ports) every port of each host across the roles
+      (after V(plan)), or V(warnings) what the deployment will not do (after V(plan)).
     type: str
-    choices: [plan, ports]
+    choices: [plan, ports, warnings]
     default: plan
   role_path:
     description: The path of roles/vllm_plan (C(role_path)); its C(meta/argument_specs.yml)
@@ -71,7 +74,13 @@ tables:
   elements: dict
 refused:
   description: Refusals (hazards not overridden, or port clashes), each naming its hosts.
-  returned: always
+  returned: when what is plan or ports
+  type: list
+  elements: str
+plan_warnings:
+  description: What the deployment will not do, each naming its hosts and the fix
+    (plugins/plugin_utils/plan_warnings.py).
+  returned: when what is warnings
   type: list
   elements: str
 """

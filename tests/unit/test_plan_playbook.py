@@ -64,6 +64,31 @@ def test_example_inventory_plans_every_host_and_replica() -> None:
     assert "changed=0" in out and "failed=0" in out
 
 
+def test_the_plan_warns_of_one_replica_hosts_and_receivers_without_destination() -> None:
+    """Issue 39, item 7: the example's H200 hosts (one replica each) get no weekly restart
+    and its Alertmanager receivers are the role's empty defaults: both warned of, naming the
+    hosts and the fix; the plan still passes. Covered hosts and receivers: no warning."""
+    result = run_plan(ROOT / "inventories" / "example")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split()).replace("''", "'")
+    assert "TASK [vllm_plan : Warn of what the deployment will not do" in out
+    assert ("h200-a.gpu.example.internal, h200-b.gpu.example.internal, "
+            "h200-c.gpu.example.internal: one replica, so no weekly restart.") in out
+    named = out[out.index("msg: - '"):out.index("one replica, so no weekly restart")]
+    assert "h100" not in named  # two replicas each: their restarts go one at a time
+    assert "vllm_server_restart_downtime_reason (the downtime of the restart accepted)" in out
+    assert ("monitor.example.internal: the Alertmanager receivers page (severity critical); "
+            "ticket (severity warning, the default route) have no webhook_urls") in out
+    assert "failed=0" in out
+    covered = {"vllm_server_restart_downtime_reason": "one replica by design (ticket SRE-1)",
+               "prometheus_server_alertmanager_receivers": {
+                   "page": {"webhook_urls": ["http://pager.example/hook"]},
+                   "ticket": {"email_to": ["gpu-oncall@example.com"]}}}
+    result = run_plan(ROOT / "inventories" / "example", "-e", json.dumps(covered))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no weekly restart" not in result.stdout and "go nowhere" not in result.stdout
+
+
 def replica_table(out: str, title: str) -> str:
     """The plan table printed for one replica (from its title to the next blank field)."""
     start = out.index(title)
