@@ -262,15 +262,29 @@ def traits(version: Version) -> EngineTraits:
     )
 
 
-# Metric names that changed between releases. vLLM deprecated vllm:gpu_cache_usage_perc in
-# favour of vllm:kv_cache_usage_perc (introduced in 0.10; the old name is hidden from 0.11
-# and removed in 0.12). The other names the alerts use are stable from 0.5 on.
+# Metric names that changed between releases (vLLM's policy: a metric deprecated in X.Y is
+# hidden in X.Y+1 and removed in X.Y+2). vllm#18354 deprecated vllm:gpu_cache_usage_perc for
+# vllm:kv_cache_usage_perc and vllm:gpu_prefix_cache_{queries,hits} for
+# vllm:prefix_cache_{queries,hits} (the new names introduced in 0.10; the old ones hidden from
+# 0.11, removed in 0.12: vllm#29330). vllm#24110 deprecated vllm:time_per_output_token_seconds
+# for vllm:inter_token_latency_seconds in 0.11 (hidden in 0.12, then removed: vllm#32661). The
+# V0 engine (the default before 0.8) has no prefix-cache counters, only its hit-rate gauge
+# vllm:gpu_prefix_cache_hit_rate (deprecated in 0.8, hidden from 0.9: vllm#15458). The other
+# names are stable from 0.5 on. The alert rules and the Grafana dashboards
+# (plugin_utils/grafana_dashboards.py) read these names and no others.
 KV_CACHE_USAGE_RENAMED = (0, 10, 0)
+PREFIX_CACHE_RENAMED = (0, 10, 0)
+INTER_TOKEN_LATENCY_RENAMED = (0, 11, 0)
 
 
 def metric_names(version: Version) -> dict[str, str]:
-    """Prometheus metric names a vLLM release exports, by role."""
-    return {
+    """Prometheus metric names a vLLM release exports, by role: counters by their exported
+    name (..._total), histograms by their family name (the series add _bucket, _sum, _count).
+
+    A role the release has no metric for is absent: prefix_cache_hits and
+    prefix_cache_queries (counters) from the V1 engine on (0.8), prefix_cache_hit_rate (the V0
+    gauge) before it."""
+    names = {
         "kv_cache_usage": "vllm:kv_cache_usage_perc" if version >= KV_CACHE_USAGE_RENAMED
         else "vllm:gpu_cache_usage_perc",
         "preemptions": "vllm:num_preemptions_total",
@@ -278,7 +292,20 @@ def metric_names(version: Version) -> dict[str, str]:
         "requests_waiting": "vllm:num_requests_waiting",
         "ttft": "vllm:time_to_first_token_seconds",
         "e2e_latency": "vllm:e2e_request_latency_seconds",
+        "inter_token_latency": "vllm:inter_token_latency_seconds"
+        if version >= INTER_TOKEN_LATENCY_RENAMED else "vllm:time_per_output_token_seconds",
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "generation_tokens": "vllm:generation_tokens_total",
     }
+    if version >= PREFIX_CACHE_RENAMED:
+        names["prefix_cache_hits"] = "vllm:prefix_cache_hits_total"
+        names["prefix_cache_queries"] = "vllm:prefix_cache_queries_total"
+    elif version >= V1_DEFAULT:
+        names["prefix_cache_hits"] = "vllm:gpu_prefix_cache_hits_total"
+        names["prefix_cache_queries"] = "vllm:gpu_prefix_cache_queries_total"
+    else:
+        names["prefix_cache_hit_rate"] = "vllm:gpu_prefix_cache_hit_rate"
+    return names
 
 
 # ---------------------------------------------------------------- generated release tables
