@@ -75,10 +75,13 @@ def engine_replicas(host_vars: Mapping[str, Any],
     in tests), the same split the planner makes (vllm_planner.split_gpus) of the host's
     vllm_plan_gpu_count, vllm_plan_options.tensor_parallel_size and vllm_plan_base_port
     (vllm_plan's defaults where unset): names and ports, no plan. ``planned_only``: [] then,
-    for consumers that need each replica's plan (benchmark)."""
+    for consumers that need each replica's plan (benchmark). A headless rank of an engine
+    group is left out: it serves no API, metrics or health of its own."""
     planned = host_vars["vllm_plan_replicas"] if "vllm_plan_replicas" in host_vars else None
     if planned is not None:
-        return [dict(replica) for replica in planned]
+        # A headless rank of a multi-host engine group serves no API (its rank 0 does).
+        return [dict(replica) for replica in planned
+                if not (replica.get("group") or {}).get("headless", False)]
     if planned_only:
         return []
 

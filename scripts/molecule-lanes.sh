@@ -29,7 +29,7 @@ set -euo pipefail
 
 readonly ENGINE_SCENARIOS=(vllm_server site operations)
 # On the engine image, at the end of the host lane (after the engine lane has built it).
-readonly HOST_ENGINE_SCENARIOS=(benchmark)
+readonly HOST_ENGINE_SCENARIOS=(benchmark engine_group)
 LOGS="${MOLECULE_LANES_LOGS:-.molecule-lanes}"
 readonly LOGS
 

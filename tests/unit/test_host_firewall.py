@@ -79,6 +79,7 @@ def render(**overrides: Any) -> str:
         "host_firewall_gateway_clients": ["0.0.0.0/0"],
         "host_firewall_metrics_ports": [9100, 9180],
         "host_firewall_metrics_clients": ["monitor", "monitor6"],
+        "host_firewall_group_peers": [], "host_firewall_group_ports": [29500, "32768-60999"],
         "hostvars": HOSTVARS, "ansible_managed": "Ansible managed",
     }
     values.update(overrides)
@@ -129,6 +130,21 @@ def test_ruleset_admits_each_port_to_its_clients_only() -> None:
     assert "192.0.2.10" in metrics_v4 and "10.0.0.0" not in metrics_v4
 
 
+def test_an_engine_group_member_admits_the_group_ports_from_its_peers_only() -> None:
+    """A member of a multi-host engine group: the rendezvous port and the ephemeral range
+    (gloo, NCCL, vLLM's queues) from the other members only; one-host engines get no rule."""
+    assert "group_v4" not in render()
+    text = render(host_firewall_group_peers=["10.9.0.2", "10.9.0.5"])
+    chain = [line.strip() for line in text.split("chain input {")[1].splitlines()]
+    group_v4 = text.split("set group_v4 {")[1].split("set group_v6")[0]
+    assert "elements = { 10.9.0.2, 10.9.0.5 }" in group_v4
+    accept = chain.index("tcp dport { 29500, 32768-60999 } ip saddr @group_v4 accept")
+    drop = chain.index("tcp dport { 29500, 32768-60999 } drop")
+    assert accept < drop
+    # The project's own ports keep their own rules ahead of the group's.
+    assert chain.index("tcp dport { 22, 8080, 9100, 9180 } drop") < accept
+
+
 @needs_nft
 def test_rendered_rulesets_pass_nft_check(tmp_path: Path) -> None:
     cases: list[dict[str, Any]] = [
@@ -136,7 +152,8 @@ def test_rendered_rulesets_pass_nft_check(tmp_path: Path) -> None:
         {"host_firewall_gateway_clients": ["0.0.0.0/0", "::/0"],
          "host_firewall_gateway_ports": [8080, 8443],
          "host_firewall_metrics_ports": [9100, 9180, 9400]},
-        {"host_firewall_ssh_port": 2200, "host_firewall_ssh_clients": ["::1"]}]
+        {"host_firewall_ssh_port": 2200, "host_firewall_ssh_clients": ["::1"]},
+        {"host_firewall_group_peers": ["10.9.0.2", "2001:db8:9::2"]}]
     for overrides in cases:
         text = render(**overrides)
         result = nft_check(text, tmp_path)

@@ -58,7 +58,14 @@ def test_deploy_time_restarts_go_through_vllm_restart() -> None:
     # Only the replicas no longer in the plan are stopped directly.
     assert [t["loop"] for t in direct] == ["{{ _vllm_server_retired }}"], direct
     restart = [t for t in tasks(service) if "_vllm_server_restart_argv" in argv(t)]
-    assert len(restart) == 1 and "loop" not in restart[0]  # one call: stops at the first failure
+    assert all("loop" not in t for t in restart)  # one call each: stops at the first failure
+    # A one-host engine's replicas: one call. An engine group's: rank 0 stopped, the headless
+    # ranks restarted, rank 0 started (each vllm-restart, in the order the rendezvous needs).
+    one_host = [t for t in restart if "_vllm_server_group_info | length == 0" in t["when"]]
+    group = [t for t in restart if "_vllm_server_group_info.rank" in t["when"]]
+    assert len(one_host) == 1 and len(group) == 3 and len(restart) == 4, restart
+    assert ["'stop'" in argv(group[0]), "'ready'" in argv(group[2])] == [True, True]
+    assert [("== 0" in t["when"]) for t in group] == [True, False, True]
     variables = yaml.safe_load((ROOT / "roles/vllm_server/vars/main.yml").read_text())
     assert variables["_vllm_server_restart_argv"][:2] == [SCRIPT, "restart"]
     assert any(a.startswith("--gateway-socket=") for a in variables["_vllm_server_restart_argv"])

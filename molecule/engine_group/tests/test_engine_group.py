@@ -113,6 +113,17 @@ def test_the_group_serves_a_completion_with_the_key_only(rank0: Any, rank1: Any)
     assert "world_size=2 rank=1" in log1 and "PP rank 1" in log1
 
 
+def test_the_benchmark_gate_and_sweep_measure_the_group(rank0: Any) -> None:
+    """benchmark.yml: the gate passes at 1, 2, 4 and 8 concurrent requests through rank 0
+    (every request crosses both stages), with the plateau and its plot; rank 1 runs nothing."""
+    run = playbook_run("benchmark.yml")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    results = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "benchmarks"
+    assert (results / RANK0 / "vllm-0.json").exists()
+    assert not (results / RANK1).exists()
+    assert not rank0.run("ls -d /tmp/vllm-bench.* 2>/dev/null").stdout.strip()
+
+
 def test_a_fabric_interface_that_does_not_exist_is_refused_before_any_change(
         rank0: Any, rank1: Any) -> None:
     before = {m: (invocation(m), m.file("/etc/vllm/vllm-0.env").sha256sum)
@@ -132,13 +143,37 @@ def test_a_change_restarts_the_whole_group_in_order_and_it_serves_again(
     """A change of the environment (on every member) restarts the group as one unit: rank 0
     drained and stopped, rank 1 restarted, rank 0 started and gated on the group's health."""
     before = {RANK0: invocation(rank0), RANK1: invocation(rank1)}
+    done = "headless rank of an engine group: restart done"
+    restarts = rank1.check_output("cat /var/log/vllm/restart.log || true").count(done)
     run = playbook_run("converge.yml", "-e", CHANGE)
     assert run.returncode == 0, run.stdout[-3000:]
     assert invocation(rank0) != before[RANK0] and invocation(rank1) != before[RANK1]
     log = rank0.check_output("cat /var/log/vllm/restart.log")
     assert "stopped; `vllm-restart ready` puts it back" in log
-    assert rank1.check_output("cat /var/log/vllm/restart.log").count(
-        "headless rank of an engine group: restart done") == 1
+    assert rank1.check_output("cat /var/log/vllm/restart.log").count(done) == restarts + 1
     assert completion(rank0)[0] == 200
     assert not rank0.file("/etc/vllm/vllm-0.restart-pending").exists
     assert not rank1.file("/etc/vllm/vllm-0.restart-pending").exists
+
+
+def reaches(member: Any, address: str, port: int) -> bool:
+    """A TCP connect from MEMBER (or, given None, this machine) answered within 3 s."""
+    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+             " timeout=3).close(); print('yes')\nexcept ConnectionRefusedError: print('yes')\n"
+             "except OSError: print('no')")
+    if member is None:
+        out = subprocess.run([sys.executable, "-c", probe, address, str(port)],
+                             capture_output=True, text=True, check=True).stdout
+    else:
+        out = member.check_output(f"python3 -c {shlex.quote(probe)} {address} {port}")
+    return out.strip() == "yes"
+
+
+def test_the_group_ports_admit_the_other_member_only(rank0: Any, rank1: Any) -> None:
+    """Rank 0's rendezvous port: rank 1 reaches it, this machine (on the same network, not a
+    member) is dropped; the allowlist lists exactly the peer."""
+    assert reaches(rank1, address(rank0), 29500)
+    assert not reaches(None, address(rank0), 29500)
+    rules = rank0.check_output("nft list table inet vllm_allowlist")
+    assert f"elements = {{ {address(rank1)} }}" in rules
+    assert "tcp dport { 29500, 32768-60999 } drop" in rules

@@ -213,6 +213,38 @@ def doc_block(key: str) -> str:
     return "\n".join(lines)
 
 
+# README.md "Models larger than one host": one line per example group, generated here.
+README = DOC.parents[1] / "README.md"
+README_MARKS = ("<!-- groups-summary -->\n", "<!-- /groups-summary -->")
+
+
+def readme_summary() -> str:
+    gib = 1024 ** 3
+    rows = ["| engine group | hosts | layout | layers per stage | weights GiB/GPU | "
+            "KV pool GiB/GPU | sequences at full context | `--max-num-seqs` |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key in sorted(DOC_GROUPS):
+        name, fp8, hosts, gpu = DOC_GROUPS[key]
+        plan = plan_group(_cfg(name, fp8), hosts, 8, 29501, gpu=gpu, vllm_version="0.33.0",
+                          model=f"/srv/vllm/models/{name}/current")[0]["plan"]
+        stages = plan["pipeline"]["stages"]
+        rows.append(
+            f"| {name}{' FP8' if fp8 else ' bf16'} | {len(hosts)} x 8 x {gpu} | TP 8 x PP "
+            f"{len(hosts)} | {'/'.join(str(st['layers'][1] - st['layers'][0] + 1) for st in stages)} | "
+            f"{max(st['weights_bytes_per_gpu'] for st in stages) / gib:.1f} | "
+            f"{min(st['kv_pool_bytes_per_gpu'] for st in stages) / gib:.1f} | "
+            f"{plan['max_concurrency_at_max_model_len']:.1f} | {plan['flags']['max_num_seqs']} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_readme_shows_the_groups_summary() -> None:
+    text = README.read_text()
+    begin, end = README_MARKS
+    assert begin in text, f"README.md lacks the groups summary: {__file__} --write-docs"
+    assert text.split(begin, 1)[1].split(end, 1)[0] == readme_summary(), \
+        f"regenerate: python {__file__} --write-docs"
+
+
 @pytest.mark.parametrize("key", sorted(DOC_GROUPS))
 def test_the_docs_show_the_planners_tables(key: str) -> None:
     text = DOC.read_text()
@@ -233,3 +265,7 @@ if __name__ == "__main__":
                           lambda m, k=key: m.group(1) + doc_block(k) + "\n" + m.group(2),
                           text, flags=re.S)
         DOC.write_text(text)
+        begin, end = README_MARKS
+        text = README.read_text()
+        README.write_text(text.split(begin, 1)[0] + begin + readme_summary() + end
+                          + text.split(end, 1)[1])
