@@ -22,6 +22,9 @@ description:
     C(ansible_python_interpreter) for this task only).
   - Partial downloads the Hub client leaves behind (C(*.incomplete)) are removed before and
     after a try; they are never resumed across runs.
+  - One download at a time per O(dest) - a second run (such as a re-run while an earlier
+    run's download still runs in the background) waits on a lock on O(dest) for the first to
+    finish, then fetches what is still missing.
 author:
   - vllm-fleet maintainers (@vllm-fleet)
 requirements:
@@ -69,7 +72,13 @@ options:
     type: int
     default: 8
   progress_file:
-    description: A file the module rewrites every 2 seconds with one line of download progress.
+    description:
+      - A file the module replaces every 2 seconds with the download's progress, one JSON
+        object - C(done_bytes), C(total_bytes), C(percent), C(bytes_per_s) (over the last 30
+        seconds), C(eta_s), C(summary) (the same in words) and C(time); a value that is not
+        known yet is null.
+      - The C(model_artifacts) role runs this module in the background and prints C(summary)
+        at each poll.
     type: path
   timeout:
     description: Kill the download after this many seconds; 0 means never.
@@ -111,8 +120,11 @@ cleaned:
   sample: []
 """
 
+import collections
+import fcntl
 import glob
 import json
+import math
 import multiprocessing
 import os
 import time
@@ -151,27 +163,100 @@ def missing_files(dest: Path, files: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def progress_line(dest: Path, files: Sequence[dict[str, Any]], started: float) -> str:
-    total = sum(int(f["size"]) for f in files)
+def bytes_done(dest: Path, files: Sequence[dict[str, Any]]) -> int:
+    """Bytes of the locked files in DEST (each capped at its locked size) plus partial files."""
     done = 0
     for f in files:
         try:
             done += min((dest / f["path"]).stat().st_size, int(f["size"]))
         except OSError:
             pass
-    done += sum(p.stat().st_size for p in incomplete_files(dest) if p.exists())
-    done = min(done, total)
-    rate = done / max(time.monotonic() - started, 1e-3)
-    pct = 100.0 * done / total if total else 100.0
-    return json.dumps(
-        {
-            "done_bytes": done,
-            "total_bytes": total,
-            "percent": round(pct, 1),
-            "bytes_per_s": int(rate),
-            "time": int(time.time()),
-        }
-    )
+    for p in incomplete_files(dest):
+        try:
+            done += p.stat().st_size
+        except OSError:  # renamed into place between the glob and the stat
+            pass
+    return done
+
+
+RATE_WINDOW_S = 30.0
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB' (binary units)."""
+    value, unit = float(n), UNITS[0]
+    for unit in UNITS:
+        if abs(value) < 1024 or unit == UNITS[-1]:
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def human_duration(seconds: float) -> str:
+    """3725 -> '1:02:05' (hours unbounded)."""
+    s = max(0, int(round(seconds)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def progress_status(
+    samples: Sequence[tuple[float, int]], total: int | None, window: float = RATE_WINDOW_S
+) -> dict[str, Any]:
+    """The download's progress from SAMPLES, (monotonic seconds, bytes done) oldest first.
+
+    The rate is over the last WINDOW seconds: from the newest sample at least WINDOW seconds
+    older than the last one (the oldest sample while there is less history). It is None with
+    fewer than two samples; bytes that went away (a cleaned partial file) count as no
+    progress, never as a negative rate. TOTAL None (or 0) is unknown: no percent, no ETA.
+    The ETA is the bytes left over the rate; 0 once done reaches the total; None while the
+    rate is unknown or 0.
+    """
+    if not samples:
+        raise ValueError("progress_status needs at least one sample")
+    now, done = samples[-1]
+    base = samples[0]
+    for sample in samples:
+        if sample[0] <= now - window:
+            base = sample
+        else:
+            break
+    elapsed = now - base[0]
+    rate = max(0.0, (done - base[1]) / elapsed) if elapsed > 0 else None
+    whole = total if total and total > 0 else None
+    percent: float | None = None
+    eta: int | None = None
+    if whole is not None:
+        done = min(done, whole)
+        percent = round(100.0 * done / whole, 1)
+        if done >= whole:
+            eta = 0
+        elif rate:
+            eta = math.ceil((whole - done) / rate)
+    words = [
+        f"{human_bytes(done)} of {human_bytes(whole)} ({percent}%)"
+        if whole is not None
+        else f"{human_bytes(done)} of an unknown total",
+        f"{human_bytes(rate)}/s" if rate is not None else "rate unknown",
+        f"ETA {human_duration(eta)}" if eta is not None else "ETA unknown",
+    ]
+    return {
+        "done_bytes": done,
+        "total_bytes": whole,
+        "percent": percent,
+        "bytes_per_s": int(rate) if rate is not None else None,
+        "eta_s": eta,
+        "summary": ", ".join(words),
+    }
+
+
+def write_progress(path: str, status: dict[str, Any]) -> None:
+    """Replace PATH atomically: a reader never sees half a line."""
+    tmp = f"{path}.tmp"
+    try:
+        Path(tmp).write_text(json.dumps({**status, "time": int(time.time())}) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _child(params: dict[str, Any], files: Sequence[dict[str, Any]], conn: Any) -> None:
@@ -199,18 +284,24 @@ def download(params: dict[str, Any], files: Sequence[dict[str, Any]], dest: Path
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(params, files, sender), daemon=True)
+    total = sum(int(f["size"]) for f in files)
     started = time.monotonic()
+    samples: collections.deque[tuple[float, int]] = collections.deque(
+        [(started, bytes_done(dest, files))], maxlen=int(RATE_WINDOW_S / 2) + 2
+    )
+    progress = params.get("progress_file")
+    if progress:
+        write_progress(progress, progress_status(list(samples), total))
     child.start()
     sender.close()
-    progress = params.get("progress_file")
     timeout = params.get("timeout") or 0
     while child.is_alive():
         child.join(2.0)
+        # Never backwards: a file renamed from its partial name between the two looks of
+        # bytes_done would count zero times for one sample.
+        samples.append((time.monotonic(), max(bytes_done(dest, files), samples[-1][1])))
         if progress:
-            try:
-                Path(progress).write_text(progress_line(dest, files, started) + "\n")
-            except OSError:
-                pass
+            write_progress(progress, progress_status(list(samples), total))
         if child.is_alive() and timeout and time.monotonic() - started > timeout:
             child.kill()
             child.join()
@@ -219,7 +310,8 @@ def download(params: dict[str, Any], files: Sequence[dict[str, Any]], dest: Path
                 " a re-run cleans the partial files and downloads again"
             )
     if progress:
-        Path(progress).write_text(progress_line(dest, files, started) + "\n")
+        samples.append((time.monotonic(), max(bytes_done(dest, files), samples[-1][1])))
+        write_progress(progress, progress_status(list(samples), total))
     message: str = (
         receiver.recv() if receiver.poll() else f"the download process died (exit {child.exitcode})"
     )
@@ -268,9 +360,19 @@ def main() -> None:
     except ImportError as exc:
         module.fail_json(msg=f"huggingface_hub is not importable by this interpreter: {exc}")
     dest.mkdir(parents=True, exist_ok=True)
-    cleaned = clean_incomplete(dest)
-    error = download(p, files, dest)
-    cleaned += clean_incomplete(dest)
+    # One download per staging directory: a run started while an earlier one still runs in
+    # the background (its play was cut off) waits for it, then fetches what is still missing.
+    lock = os.open(dest, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        todo = missing_files(dest, files)
+        if not todo:
+            module.exit_json(changed=False, downloaded=[], cleaned=[])
+        cleaned = clean_incomplete(dest)
+        error = download(p, files, dest)
+        cleaned += clean_incomplete(dest)
+    finally:
+        os.close(lock)
     if error:
         module.fail_json(msg=error, cleaned=cleaned)
     still = missing_files(dest, files)
