@@ -268,6 +268,32 @@ def plan_engine_group(name: str, members: list[tuple[str, dict[str, Any]]]
     return out
 
 
+def check_one_engine_per_host(members: dict[str, list[tuple[str, dict[str, Any]]]],
+                              addresses: dict[str, str]) -> None:
+    """A machine runs one engine: refuse a group member that is also another inventory host
+    of the play (a one-host engine, or a member of another group) by its address (its
+    ansible_host or its vllm_plan_group_address equal to the other's). ADDRESSES: each host
+    of the play -> its ansible_host (or its name)."""
+    owner: dict[str, str] = {}
+    for name, hosts in members.items():
+        for host, inputs in hosts:
+            for address in {addresses[host], str(inputs["vllm_plan_group_address"])}:
+                owner.setdefault(address, host)
+    member_of = {host: name for name, hosts in members.items() for host, _i in hosts}
+    for other, address in addresses.items():
+        host = owner.get(address)
+        if host is None or host == other:
+            continue
+        used = (f"a member of engine group {member_of[other]}" if other in member_of
+                else "a one-host engine")
+        raise PlanError("vllm_plan_engine_group",
+                        f"{member_of[host]}: member {host} is the machine at {address}, which "
+                        f"the play also deploys as {other} ({used}): one machine, two engines "
+                        "on the same GPUs",
+                        f"list the machine once: remove {other} from vllm_servers, or take "
+                        f"{host} out of the group (unset its vllm_plan_engine_group)")
+
+
 def tables(groups: list[Group[dict[str, Any]]]) -> list[dict[str, str]]:
     """One table per distinct plan and replica, naming the hosts that share it."""
     shown = []
@@ -425,12 +451,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
         validator = ArgumentSpecValidator(spec)
         problems: dict[str, list[str]] = {}
         members: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        addresses: dict[str, str] = {}  # each host -> its ansible_host (one engine a machine)
 
         evaluated: dict[str, dict[str, Any]] = {}
 
         def inputs() -> Any:
             for host, templar in templars:
                 variables = templar.available_variables
+                addresses[host] = str(variables.get("ansible_host", host))
                 names = [n for n in spec if n in variables]
                 # Hosts whose raw inputs are equal evaluate to equal values: evaluate once
                 # (Ansible compiles every template it renders, 10-20 ms a host here).
@@ -465,7 +493,14 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type i
             except (PlanError, ModelConfigError, AnsibleError) as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from None
 
-        groups = memoised(inputs(), compute)
+        # Every host's inputs first: a machine listed twice is refused before any plan.
+        every = list(inputs())
+        if members:
+            try:
+                check_one_engine_per_host(members, addresses)
+            except PlanError as exc:
+                raise AnsibleActionFail(str(exc)) from None
+        groups = memoised(iter(every), compute)
         if problems:
             named = [f"{', '.join(g.hosts)}: " + "; ".join(problems[g.hosts[0]])
                      for g in groups if g.hosts[0] in problems]

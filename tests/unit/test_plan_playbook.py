@@ -363,6 +363,24 @@ def test_members_that_disagree_are_refused_before_any_host(tmp_path: Path) -> No
     assert "give every member the same planner inputs" in out
 
 
+def test_a_member_also_deployed_as_a_one_host_engine_is_refused(tmp_path: Path) -> None:
+    """The same machine under two inventory names (a group member, and a one-host engine of
+    the same play at its address): two engines on one machine's GPUs."""
+    inventory = _group_inventory(tmp_path, ["g1.test", "g2.test", "g3.test"],
+                                 {"g2.test": {"ansible_host": "10.0.0.2"}})
+    data = yaml.safe_load(inventory.read_text())
+    data["all"]["children"]["solo"] = {"hosts": {"solo.test": {
+        "ansible_host": "10.0.0.2", "vllm_plan_engine_group": ""}}}
+    data["all"]["children"]["vllm_servers"]["children"] = {"solo": {}}
+    inventory.write_text(yaml.safe_dump(data))
+    result = run_plan(inventory)
+    assert result.returncode != 0
+    out = " ".join(result.stdout.split())
+    assert ("vllm_plan_engine_group: qwen38-h200: member g2.test is the machine at 10.0.0.2, "
+            "which the play also deploys as solo.test (a one-host engine)") in out, out[-2000:]
+    assert "remove solo.test from vllm_servers, or take g2.test out of the group" in out
+
+
 def test_site_refuses_an_engine_group_before_any_host() -> None:
     result = subprocess.run(
         [PLAYBOOK, "-i", str(GROUPS), str(ROOT / "playbooks" / "site.yml"), "--check"],

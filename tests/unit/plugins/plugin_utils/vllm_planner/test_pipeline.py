@@ -228,9 +228,10 @@ def readme_summary() -> str:
         plan = plan_group(_cfg(name, fp8), hosts, 8, 29501, gpu=gpu, vllm_version="0.33.0",
                           model=f"/srv/vllm/models/{name}/current")[0]["plan"]
         stages = plan["pipeline"]["stages"]
+        layers = "/".join(str(st["layers"][1] - st["layers"][0] + 1) for st in stages)
         rows.append(
             f"| {name}{' FP8' if fp8 else ' bf16'} | {len(hosts)} x 8 x {gpu} | TP 8 x PP "
-            f"{len(hosts)} | {'/'.join(str(st['layers'][1] - st['layers'][0] + 1) for st in stages)} | "
+            f"{len(hosts)} | {layers} | "
             f"{max(st['weights_bytes_per_gpu'] for st in stages) / gib:.1f} | "
             f"{min(st['kv_pool_bytes_per_gpu'] for st in stages) / gib:.1f} | "
             f"{plan['max_concurrency_at_max_model_len']:.1f} | {plan['flags']['max_num_seqs']} |")
