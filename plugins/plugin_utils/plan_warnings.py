@@ -40,6 +40,7 @@ RESTART_VARIABLES: dict[str, str] = {
     "vllm_server_restart_downtime_reason": "vllm_server",
 }
 ALERT_VARIABLES: dict[str, str] = {
+    "prometheus_server_mode": "prometheus_server",
     "prometheus_server_alertmanager": "prometheus_server",
     "prometheus_server_alertmanager_receivers": "prometheus_server",
     "prometheus_server_alertmanager_routes": "prometheus_server",
@@ -104,7 +105,8 @@ def silent_routes(values: Mapping[str, Any], roles_dir: str | Path = ROLES_DIR
     """Receiver -> what Alertmanager routes to it ('critical', 'warning', 'the default
     route'), for each defined receiver without a destination; {} where Alertmanager is off."""
     merged = _with_defaults(values, ALERT_VARIABLES, roles_dir)
-    if not _bool(merged["prometheus_server_alertmanager"]):
+    if (_text(merged["prometheus_server_mode"]) == "site"
+            or not _bool(merged["prometheus_server_alertmanager"])):
         return {}
     receivers = merged["prometheus_server_alertmanager_receivers"] or {}
     routes = [(f"severity {severity}", _text(receiver)) for severity, receiver
@@ -116,7 +118,10 @@ def silent_routes(values: Mapping[str, Any], roles_dir: str | Path = ROLES_DIR
         if name not in receivers:
             continue
         spec = receivers[name]
-        if isinstance(spec, Mapping) and any(spec.get(kind) for kind in DESTINATIONS):
+        # The shorthands, or any of Alertmanager's own <kind>_configs passed through.
+        if isinstance(spec, Mapping) and any(
+                spec.get(kind) for kind in spec if kind in DESTINATIONS
+                or str(kind).endswith("_configs")):
             continue
         silent.setdefault(name, []).append(what)
     return silent

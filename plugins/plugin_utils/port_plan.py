@@ -66,6 +66,7 @@ PORT_VARIABLES: dict[str, str] = {
     "gpu_metrics_listen_address": "gpu_metrics",
     "gpu_metrics_dcgm_exporter": "gpu_metrics",
     "gpu_metrics_dcgm_exporter_port": "gpu_metrics",
+    "prometheus_server_mode": "prometheus_server",
     "prometheus_server_listen_address": "prometheus_server",
     "prometheus_server_alertmanager": "prometheus_server",
     "prometheus_server_alertmanager_listen_address": "prometheus_server",
@@ -155,7 +156,8 @@ def port_plan(replicas: Iterable[Mapping[str, Any]], values: Mapping[str, Any],
                   "a port such as 9400"),
             exporter_address, "gpu_metrics_dcgm_exporter_port", "DCGM exporter",
             "gpu_metrics"))
-    if prometheus_server:
+    # The site mode runs no Prometheus or Alertmanager of its own.
+    if prometheus_server and str(get("prometheus_server_mode") or "self") != "site":
         host, port = _host_port(get("prometheus_server_listen_address"),
                                 "prometheus_server_listen_address")
         listeners.append(Listener(port, _address(host), "prometheus_server_listen_address",

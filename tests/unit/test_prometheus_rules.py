@@ -128,6 +128,7 @@ def _unit_test(rendered: Path, name: str, tmp: Path) -> subprocess.CompletedProc
     ("0.6.2", "kv_pool.legacy.test.yml"),
     ("0.32.0", "gpu_faults.test.yml"),
     ("0.6.2", "gpu_faults.test.yml"),
+    ("0.32.0", "watchdog_disk.test.yml"),
 ])
 def test_each_alert_fires_when_it_should_and_only_then(rendered: dict[str, Path], version: str,
                                                        name: str, tmp_path: Path) -> None:
@@ -236,7 +237,10 @@ def test_alertmanager_config_passes_amtool_and_routes_by_severity(tmp_path: Path
     assert result.returncode == 0, result.stdout + result.stderr
     config = yaml.safe_load((out / "alertmanager.yml").read_text())
     routes = {r["matchers"][0]: r["receiver"] for r in config["route"]["routes"]}
-    assert routes == {'severity="critical"': "page", 'severity="warning"': "ticket"}
+    # Watchdog (always firing) first, to a receiver without destination by default.
+    assert routes == {'alertname="Watchdog"': "_watchdog", 'severity="critical"': "page",
+                      'severity="warning"': "ticket"}
+    assert config["route"]["routes"][0]["receiver"] == "_watchdog"
     receivers = {r["name"]: r for r in config["receivers"]}
     assert receivers["page"]["webhook_configs"][0]["url"] == "http://pager.example:8080/hook"
     assert receivers["page"]["slack_configs"][0]["api_url"].endswith("SECRET-CANARY")
@@ -271,6 +275,9 @@ def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_gateway(
                                                    "ticket": {}}}, "['webhook_url']"),
     ({"prometheus_server_alertmanager_receivers": {"page": {}, "ticket": {"email_to": ["a@b"]}}},
      "email receivers ['ticket'] need"),
+    ({"prometheus_server_alertmanager_receivers": {"page": {"pagerduty_configs": "x"},
+                                                   "ticket": {}}}, "['pagerduty_configs']"),
+    ({"prometheus_server_alertmanager_watchdog_receiver": "snitch"}, "['snitch']"),
 ])
 def test_alertmanager_input_is_refused_before_anything_changes(
         tmp_path: Path, extra: dict[str, object], named: str) -> None:
@@ -327,3 +334,165 @@ def test_the_cpu_build_plans_no_gpu_to_count(tmp_path: Path) -> None:
     rules = (render(tmp_path, None, ROOT / "inventories" / "local") / "vllm.yml").read_text()
     assert "record: host:vllm_plan_gpu_count:value" in rules
     assert "expr: vector(0) < 0" in rules and "planned:" not in rules
+
+
+# --- Issue 37, item 3: the site's Prometheus, remote_write, web listener, receivers ----
+
+BCRYPT = "$2y$10$mDwo.lAisC94iLAyP81MCesa29IzH37oigHC/42V2pdJlUprsJPze"
+
+
+def _jobs_as_file_sd(config: dict[str, object]) -> list[dict[str, object]]:
+    """The self mode's scrape_configs (but Alertmanager's own) as file_sd groups."""
+    groups = []
+    for job in config["scrape_configs"]:  # type: ignore[attr-defined]
+        if job["job_name"] == "alertmanager":
+            continue
+        for static in job["static_configs"]:
+            path = {"__metrics_path__": job["metrics_path"]} if "metrics_path" in job else {}
+            labels = {"job": job["job_name"], **path, **static.get("labels", {})}
+            groups.append({"targets": static["targets"], "labels": labels})
+    return groups
+
+
+def test_site_mode_hands_over_every_target_of_the_self_mode(tmp_path: Path) -> None:
+    """One job list: the site's file_sd file holds the self mode's targets and labels, and a
+    Prometheus reading only the handed files passes promtool."""
+    extra = {"gpu_metrics_dcgm_exporter": True,
+             "engine_gateway_tls_certificate": "-----BEGIN CERTIFICATE-----"}
+    self_mode = render(tmp_path, "0.32.0", ROOT / "inventories" / "example", extra)
+    (tmp_path / "site").mkdir()
+    site = render(tmp_path / "site", "0.32.0", ROOT / "inventories" / "example",
+                  {**extra, "prometheus_server_mode": "site",
+                   "prometheus_server_site_dir": str(tmp_path / "site")})
+    targets = json.loads((site / "vllm_targets.json").read_text())
+    expected = _jobs_as_file_sd(yaml.safe_load((self_mode / "prometheus.yml").read_text()))
+    assert targets == expected
+    assert {g["labels"]["job"] for g in targets} == {"vllm", "node", "gateway", "dcgm"}
+    assert all(g["labels"]["__metrics_path__"] == "/health"
+               for g in targets if g["labels"]["job"] == "gateway")
+    # The site's Prometheus: its own config, the handed scrape job, rules and targets.
+    (tmp_path / "site" / "vllm_rules.yml").write_text((site / "vllm.yml").read_text())
+    snippet = yaml.safe_load((site / "scrape_config.yml").read_text())
+    assert snippet["scrape_configs"][0]["file_sd_configs"] == [
+        {"files": [str(tmp_path / "site" / "vllm_targets.json")]}]
+    config = {"global": {"scrape_interval": "15s"},
+              "rule_files": [str(tmp_path / "site" / "vllm_rules.yml")],
+              "scrape_configs": snippet["scrape_configs"]}
+    (tmp_path / "site.yml").write_text(yaml.safe_dump(config))
+    result = promtool("check", "config", str(tmp_path / "site.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The same rules as the self mode.
+    assert (site / "vllm.yml").read_text() == (self_mode / "vllm.yml").read_text()
+
+
+def test_remote_write_external_labels_and_extra_jobs_pass_promtool(tmp_path: Path) -> None:
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example", {
+        "prometheus_server_remote_write": [
+            {"url": "https://mimir.example/api/v1/push", "name": "mimir",
+             "basic_auth": {"username": "fleet", "password": "RW-CANARY"}}],
+        "prometheus_server_external_labels": {"cluster": "gpu-east", "replica": "a"},
+        "prometheus_server_extra_scrape_configs": [
+            {"job_name": "haproxy-stats", "static_configs": [{"targets": ["lb:8404"]}]}]})
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    assert config["global"]["external_labels"] == {"cluster": "gpu-east", "replica": "a"}
+    assert config["remote_write"][0]["basic_auth"]["password"] == "RW-CANARY"
+    assert [j["job_name"] for j in config["scrape_configs"]] == [
+        "vllm", "node", "gateway", "alertmanager", "haproxy-stats"]
+    config["rule_files"] = [str(out / "vllm.yml")]
+    (out / "check.yml").write_text(yaml.safe_dump(config))
+    result = promtool("check", "config", str(out / "check.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+def test_web_config_with_tls_and_basic_auth_passes_promtool(tmp_path: Path) -> None:
+    web = tmp_path / "web"
+    web.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=prom",
+                    "-keyout", str(web / "tls.key"), "-out", str(web / "tls.crt")],
+                   check=True, capture_output=True, timeout=60)
+    (tmp_path / "out").mkdir()
+    out = render(tmp_path / "out", "0.32.0", ROOT / "inventories" / "example", {
+        "_prometheus_server_web_dir": str(web),
+        "prometheus_server_web_tls_certificate": (web / "tls.crt").read_text(),
+        "prometheus_server_web_tls_key": (web / "tls.key").read_text(),
+        "prometheus_server_web_basic_auth_users": {"grafana": BCRYPT}})
+    config = yaml.safe_load((out / "web-config.yml").read_text())
+    assert config == {"tls_server_config": {"cert_file": f"{web}/tls.crt",
+                                            "key_file": f"{web}/tls.key"},
+                      "basic_auth_users": {"grafana": BCRYPT}}
+    result = promtool("check", "web-config", str(out / "web-config.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # promtool bites: a hash that is no bcrypt hash.
+    (out / "bad.yml").write_text((out / "web-config.yml").read_text().replace(BCRYPT, "plain"))
+    assert promtool("check", "web-config", str(out / "bad.yml")).returncode != 0
+
+
+def _preflight(tmp_path: Path, extra: dict[str, object]) -> tuple[int, str]:
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+                    "  roles: [prometheus_server]\n")
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    result = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(ROOT / "inventories" / "example"), str(play),
+         "--tags", "preflight", "-e", f"@{tmp_path / 'extra.json'}"],
+        cwd=ROOT, env=ansible_env(ANSIBLE_ROLES_PATH=str(ROOT / "roles")),
+        capture_output=True, text=True, timeout=300, check=False)
+    return result.returncode, " ".join((result.stdout + result.stderr).split())
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"prometheus_server_web_basic_auth_users": {"grafana": "secret"}}, "['grafana']"),
+    ({"prometheus_server_remote_write": [{"name": "mimir"}]}, "without a url"),
+    ({"prometheus_server_extra_scrape_configs": [{"job_name": "node"}]}, "['node']"),
+    ({"prometheus_server_web_tls_certificate": "PEM"}, "go together"),
+    ({"prometheus_server_site_dir": "relative/dir"}, "want an absolute path"),
+])
+def test_self_mode_input_is_refused_before_anything_changes(
+        tmp_path: Path, extra: dict[str, object], named: str) -> None:
+    rc, out = _preflight(tmp_path, extra)
+    assert rc == 2, out
+    assert "Check the mode and the self mode's remote_write" in out
+    assert named in out
+    assert "secret" not in out.replace("Secrets", "")
+
+
+@pytest.mark.skipif(AMTOOL is None and os.environ.get("CI") != "true",
+                    reason="amtool comes with prometheus-alertmanager (scripts/setup.sh)")
+def test_passthrough_receivers_pass_amtool_or_are_refused_by_name(tmp_path: Path) -> None:
+    """Any <kind>_configs amtool accepts is passed through; one it refuses stops the
+    preflight, naming the receiver and amtool's complaint, before any host change."""
+    receivers = {"page": {"pagerduty_configs": [{"routing_key": "PD-CANARY"}],
+                          "webhook_urls": ["http://pager.example/hook"],
+                          "webhook_configs": [{"url": "http://other.example/hook"}]},
+                 "ticket": {"msteams_configs": [{"webhook_url": "https://teams.example/x"}]}}
+    out = render(tmp_path, "0.32.0", ROOT / "inventories" / "example",
+                 {"prometheus_server_alertmanager_receivers": receivers})
+    assert AMTOOL
+    result = subprocess.run([AMTOOL, "check-config", str(out / "alertmanager.yml")],
+                            capture_output=True, text=True, timeout=60, check=False)
+    config = yaml.safe_load((out / "alertmanager.yml").read_text())
+    page = {r["name"]: r for r in config["receivers"]}["page"]
+    assert page["pagerduty_configs"] == [{"routing_key": "PD-CANARY"}]
+    assert [w["url"] for w in page["webhook_configs"]] == [
+        "http://pager.example/hook", "http://other.example/hook"]
+    # amtool 0.25 does not know msteams_configs (0.26+): the whole file is refused, and the
+    # preflight names the receiver.
+    if result.returncode == 0:
+        return
+    (tmp_path / "pre").mkdir()
+    rc, text = _preflight(tmp_path / "pre", {"prometheus_server_alertmanager_receivers": receivers})
+    assert rc == 2, text
+    assert "amtool check-config refuses" in text and "'ticket':" in text, text
+    assert "'page':" not in text and "PD-CANARY" not in text
+
+
+@pytest.mark.skipif(AMTOOL is None and os.environ.get("CI") != "true",
+                    reason="amtool comes with prometheus-alertmanager (scripts/setup.sh)")
+def test_a_receiver_amtool_rejects_is_named_with_its_complaint(tmp_path: Path) -> None:
+    receivers = {"page": {"pagerduty_configs": [{"severity": "critical"}]}, "ticket": {}}
+    rc, text = _preflight(tmp_path, {"prometheus_server_alertmanager_receivers": receivers})
+    assert rc == 2, text
+    assert "amtool check-config refuses" in text and "'page':" in text, text
+    assert "routing key" in text.lower() or "service key" in text.lower(), text

@@ -176,3 +176,42 @@ def test_from_another_machine_only_node_exporter_answers(host: Any) -> None:
     for port in (9090, 9093):
         status, body = request_in_host(peer, f"http://{address}:{port}/-/ready")
         assert status == 0 and "refused" in body, (port, status, body)
+
+
+def test_a_site_prometheus_with_only_the_handed_files_scrapes_and_alerts() -> None:
+    """Issue 37, item 3: prometheus_server_mode site on the peer wrote the rule file and the
+    file_sd file; a plain Prometheus there, configured with nothing else, loaded the rules,
+    scrapes the monitored host's targets (node exporter up) and evaluates the alerts
+    (Watchdog firing; VllmEngineDown, as no engine runs on the monitored host)."""
+    peer = testinfra.get_host(f"podman://{PEER}")
+    site = "/etc/prometheus/vllm-fleet"
+    for name in ("vllm_rules.yml", "vllm_targets.json", "scrape_config.yml"):
+        assert peer.file(f"{site}/{name}").exists, name
+    targets = json.loads(peer.file(f"{site}/vllm_targets.json").content_string)
+    assert {g["labels"]["job"] for g in targets} >= {"vllm", "node", "gateway"}
+    # The site mode installs no Alertmanager (the Prometheus there is the converge's own).
+    assert not peer.package("prometheus-alertmanager").is_installed
+    rules = _get(peer, "http://127.0.0.1:9090/api/v1/rules")
+    names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
+    assert {"Watchdog", "DiskSpaceLow", "DiskFillingUp", "VllmEngineDown",
+            "NodeExporterDown"} <= names
+    # VllmEngineDown holds for the role's default 2m before it fires.
+    deadline = time.monotonic() + 180
+    while True:
+        active = _get(peer, "http://127.0.0.1:9090/api/v1/targets")["data"]["activeTargets"]
+        up = {(t["labels"]["job"], t["health"]) for t in active}
+        firing = {a["labels"]["alertname"] for a in
+                  _get(peer, "http://127.0.0.1:9090/api/v1/alerts")["data"]["alerts"]
+                  if a["state"] == "firing"}
+        if (("node", "up") in up and {"Watchdog", "VllmEngineDown"} <= firing) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert ("node", "up") in up, active
+    # The labels the rules select on come from the file (job, host) and the scrape path.
+    node = [t for t in active if t["labels"]["job"] == "node"]
+    assert node[0]["labels"]["host"] == "monitoring-debian12"
+    assert node[0]["scrapeUrl"].endswith(":9100/metrics")
+    gateway = [t for t in active if t["labels"]["job"] == "gateway"]
+    assert gateway and gateway[0]["scrapeUrl"].endswith("/health")
+    assert {"Watchdog", "VllmEngineDown"} <= firing, firing
