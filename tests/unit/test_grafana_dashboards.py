@@ -189,8 +189,9 @@ def test_the_gateway_panels_that_need_its_metrics_endpoint_are_listed() -> None:
     reads what Prometheus scrapes today."""
     haproxy = (ROOT / "roles/engine_gateway/templates/haproxy.cfg.j2").read_text()
     assert "prometheus-exporter" not in haproxy
-    config = (ROOT / "roles/prometheus_server/templates/prometheus.yml.j2").read_text()
-    assert re.search(r"job_name: gateway\n\s+metrics_path: /health\n", config)
+    # The scrape jobs' one source (prometheus.yml.j2 and the site mode's file_sd render it).
+    jobs = (ROOT / "plugins/plugin_utils/scrape_targets.py").read_text()
+    assert re.search(r'"job_name": "gateway",\s+"metrics_path": "/health"', jobs), jobs
     assert gd.panels_requiring(gd.GATEWAY_METRICS, ("0.33.0",)) == [
         "vLLM fleet / Gateway / Requests queued in the gateway",
         "vLLM fleet / Gateway / 5xx responses per second",

@@ -24,6 +24,7 @@ IMPORTS = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks",
 NESTED = ("block", "rescue", "always")
 # Fields evaluated after the task ran (its own register is defined there).
 AFTER = ("until", "changed_when", "failed_when")
+LOOP_AFTER = ("label", "break_when")
 
 
 def names(role: str, value: Any) -> set[str]:
@@ -51,16 +52,23 @@ class Walker:
     def task(self, task: dict[str, Any], path: Path, defined: set[str], scope: set[str],
              seen: tuple[Path, ...]) -> None:
         where = f"{path.relative_to(ROOT)}: {task.get('name', '?')}"
-        loop_var = (task.get("loop_control") or {}).get("loop_var")
-        local = scope | set(task.get("vars") or {}) | ({loop_var} if loop_var else set())
+        control = dict(task.get("loop_control") or {})
+        loop_names = {control[k] for k in ("loop_var", "index_var") if control.get(k)}
+        local = scope | set(task.get("vars") or {}) | loop_names
+        # A loop's label and break_when are evaluated after each item ran (its register set).
+        after_items = {k: control.pop(k) for k in LOOP_AFTER if k in control}
         before = {k: v for k, v in task.items()
-                  if k not in (*NESTED, *AFTER, "register", "name")
+                  if k not in (*NESTED, *AFTER, "register", "name", "loop_control")
                   and not (k.endswith("set_fact") and isinstance(v, dict))}
+        before["loop_control"] = control
         fact = next((v for k, v in task.items() if k.endswith("set_fact")), None)
         if isinstance(fact, dict):
             before["set_fact"] = list(fact.values())  # the values are read, the keys set
         if "vars" in before:
             before["vars"] = list((task.get("vars") or {}).values())
+        if after_items and "vars" in before:
+            # Task vars are lazy: read in the label or break_when, they may use the register.
+            after_items["vars"] = before.pop("vars")
         if any(k in task for k in NESTED):
             # A block's vars are evaluated where its tasks use them (lazily).
             lazy = names(self.role, before.pop("vars", None))
@@ -76,7 +84,8 @@ class Walker:
             self.tasks(path.parent / str(target), defined, local, seen)
             return
         own = {task["register"]} if "register" in task else set()
-        self.check(where, names(self.role, {k: task.get(k) for k in AFTER}), defined | local | own)
+        self.check(where, names(self.role, {**{k: task.get(k) for k in AFTER}, **after_items}),
+                   defined | local | own)
         defined |= own | (set(fact) if isinstance(fact, dict) else set())
 
 
