@@ -164,7 +164,7 @@ def check(base_url: str, dashboards: Sequence[Mapping[str, Any]], *, allow: Sequ
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL")
     parser.add_argument("--allow", action="append", default=[], metavar="NAME",
                         help="requirement whose panels may be empty (gpu: every GPU one)")

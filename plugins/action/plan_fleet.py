@@ -275,9 +275,9 @@ def check_one_engine_per_host(members: dict[str, list[tuple[str, dict[str, Any]]
     ansible_host or its vllm_plan_group_address equal to the other's). ADDRESSES: each host
     of the play -> its ansible_host (or its name)."""
     owner: dict[str, str] = {}
-    for name, hosts in members.items():
+    for hosts in members.values():
         for host, inputs in hosts:
-            for address in {addresses[host], str(inputs["vllm_plan_group_address"])}:
+            for address in (addresses[host], str(inputs["vllm_plan_group_address"])):
                 owner.setdefault(address, host)
     member_of = {host: name for name, hosts in members.items() for host, _i in hosts}
     for other, address in addresses.items():

@@ -501,8 +501,8 @@ def test_an_unreachable_prometheus_fails(dashboards_dir: Path) -> None:
 def test_every_series_present_passes(prometheus: tuple[str, list[str], list[Answer]],
                                      dashboards_dir: Path) -> None:
     url, _received, answer = prometheus
-    answer[0] = lambda q: (200, {"status": "success", "data": {"resultType": "vector",
-                                                              "result": [{"metric": {}}]}})
+    vector = {"resultType": "vector", "result": [{"metric": {}}]}
+    answer[0] = lambda q: (200, {"status": "success", "data": vector})
     out = io.StringIO()
     assert checker.check(url, checker.load_dashboards([dashboards_dir]), out=out) == 0
     assert "0 empty but allowed" in out.getvalue()

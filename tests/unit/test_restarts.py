@@ -458,14 +458,14 @@ def test_a_headless_group_rank_is_handled_without_gateway_or_health(
     config.write_text(json.dumps(data))
     (config.parent / "vllm-0.restart-pending").write_text("pending\n")
     host = FakeHost(None, active={"vllm-0.service"})
-    code, log, _ = run_main(host, mode, "--config", str(config))
+    code, log, _err = run_main(host, mode, "--config", str(config))
     verb = {"restart": "restart", "stop": "stop", "ready": "start"}[mode]
     assert code == 0, log
     assert host.calls == [f"systemctl {verb} vllm-0.service"], host.calls
     assert "headless rank of an engine group" in log
     assert (config.parent / "vllm-0.restart-pending").exists() == (mode == "stop")
     host = FakeHost(None, active=set())  # the unit did not come up
-    code, log, _ = run_main(host, "restart", "--config", str(config))
+    code, log, _err = run_main(host, "restart", "--config", str(config))
     assert code == 1 and "headless rank not active" in log
 
 

@@ -15,10 +15,11 @@ def two(host_vars: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"name": "vllm-0", "port": 8000}, {"name": "vllm-1", "port": 8001}]
 
 
-HOSTS: list[dict[str, Any]] = [{"inventory_hostname": "a", "ansible_host": "10.0.0.1"},
-         {"inventory_hostname": "b", "gpu_metrics_listen_address": "fd00::2",
-          "gpu_metrics_dcgm_exporter": True, "engine_gateway_tls_certificate": "PEM",
-          "engine_gateway_metrics_port": 9181, "gpu_metrics_node_exporter_port": 9101}]
+HOSTS: list[dict[str, Any]] = [
+    {"inventory_hostname": "a", "ansible_host": "10.0.0.1"},
+    {"inventory_hostname": "b", "gpu_metrics_listen_address": "fd00::2",
+     "gpu_metrics_dcgm_exporter": True, "engine_gateway_tls_certificate": "PEM",
+     "engine_gateway_metrics_port": 9181, "gpu_metrics_node_exporter_port": 9101}]
 
 
 def test_jobs_read_each_hosts_own_ports_else_the_roles_defaults() -> None:
