@@ -281,9 +281,10 @@ def check_one_engine_per_host(members: dict[str, list[tuple[str, dict[str, Any]]
                 owner.setdefault(address, host)
     member_of = {host: name for name, hosts in members.items() for host, _i in hosts}
     for other, address in addresses.items():
-        host = owner.get(address)
-        if host is None or host == other:
+        found = owner.get(address)
+        if found is None or found == other:
             continue
+        host = found
         used = (f"a member of engine group {member_of[other]}" if other in member_of
                 else "a one-host engine")
         raise PlanError("vllm_plan_engine_group",
