@@ -2,10 +2,11 @@
 # Run every molecule scenario in two lanes side by side.
 #
 #   engine lane: the scenarios that start the CPU engine and take longest (vllm_server, site,
-#                operations), one after another, after building localhost/testhost:engine;
-#   host lane:   every other scenario (packages, model, monitoring, firewall, plan), one
-#                after another, then the benchmark scenario: it needs the engine image, so
-#                the host lane waits for the engine lane's build of it first.
+#                operations), plus host_firewall and nvidia_driver to level the lanes, one
+#                after another, after building localhost/testhost:engine;
+#   host lane:   every other scenario (model, monitoring, plan, test hosts), one after
+#                another, then the benchmark and engine_group scenarios: they need the engine
+#                image, so the host lane waits for the engine lane's build of it first.
 #
 # The benchmark used to run alone after both lanes because its gate measures TTFT; its
 # ceiling on the CPU engine (3000 ms p50) is ~70 x what it measures (13-42 ms), so it now
@@ -27,7 +28,10 @@
 # Exit: 0 when every scenario (and COMMAND) passed, 1 otherwise (each failure is named).
 set -euo pipefail
 
-readonly ENGINE_SCENARIOS=(vllm_server site operations)
+# host_firewall and nvidia_driver (no engine) run here too: the host lane's checks grew to
+# ~33 min (2026-12-07 CI, beside operations), so the host lane gave these two (~10 min) to
+# this lane to keep the two lanes level.
+readonly ENGINE_SCENARIOS=(vllm_server site operations host_firewall nvidia_driver)
 # On the engine image, at the end of the host lane (after the engine lane has built it).
 readonly HOST_ENGINE_SCENARIOS=(benchmark engine_group)
 LOGS="${MOLECULE_LANES_LOGS:-.molecule-lanes}"
