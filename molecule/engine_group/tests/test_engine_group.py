@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import testinfra
 from host_http import request_in_host  # noqa: E402
+from scenario_playbook import run_playbook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "molecule-group-key"  # vars/group.yml's test value
@@ -52,16 +53,7 @@ def completion(member: Any, key: str = KEY) -> tuple[int, str]:
 
 def playbook_run(playbook: str, *args: str) -> subprocess.CompletedProcess[str]:
     """One of the scenario's playbooks against both members, as molecule runs them."""
-    scenario = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-               [str(ROOT / ".collections"), "~/.ansible/collections",
-                "/usr/share/ansible/collections"]),
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"),
-         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(scenario / playbook), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return run_playbook(Path(__file__).resolve().parents[1] / playbook, *args)
 
 
 def test_both_ranks_run_and_only_rank_0_waits_for_health(rank0: Any, rank1: Any) -> None:

@@ -6,13 +6,12 @@ changes nothing and starts none. About 40-70 s: three plays, one throttled 4 MB 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from scenario_playbook import run_playbook  # noqa: E402
 from testinfra.host import Host
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,15 +27,7 @@ PROGRESS = re.compile(
 
 def play(*args: str) -> subprocess.CompletedProcess[str]:
     """progress.yml against the scenario's container, as molecule runs its playbooks."""
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-           "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-               [str(ROOT / ".collections"), "~/.ansible/collections",
-                "/usr/share/ansible/collections"]),
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"),
-         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "progress.yml"), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return run_playbook(SCENARIO / "progress.yml", *args, timeout=300)
 
 
 def recap_changed(out: str) -> int:
