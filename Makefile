@@ -46,7 +46,7 @@ help:
 	@echo "make docs       regenerate each role README's variables table from its argument specs"
 	@echo "make unit       pytest tests/unit"
 	@echo "make sanity     ansible-test sanity on the collection (ansible-core 2.21, .venv)"
-	@echo "make unit-core2.20 / sanity-core2.20   the same on ansible-core 2.20 (.venv-core2.20)"
+	@echo "make unit-core2.20 / sanity-core2.20   the plugin, playbook and sanity checks on ansible-core 2.20"
 	@echo "make oracle     vLLM 0.32's KV-cache code judges the planner (in the engine image);"
 	@echo "                VLLM=<release>: regenerate that release's stored verdicts from its wheel"
 	@echo "make release VLLM=X.Y.Z  absorb a vLLM release: its table from its wheel, the diff, the oracle"
@@ -92,7 +92,7 @@ docs: dev
 	python3 scripts/role-docs.py --write
 
 unit: dev
-	@rc=0; pytest tests/unit || rc=$$?; \
+	@rc=0; pytest tests/unit --durations=15 || rc=$$?; \
 	if [[ $$rc -eq 5 ]]; then echo "unit: no tests collected under tests/unit"; \
 	elif [[ $$rc -ne 0 ]]; then exit $$rc; fi
 
@@ -102,14 +102,22 @@ sanity: dev
 	scripts/sanity.sh .venv
 
 # The ansible-core 2.20 leg: unit tests and sanity on .venv-core2.20 (molecule runs on 2.21).
-.PHONY: sanity unit-core2.20 sanity-core2.20
 # Its own ansible-* first; tools only .venv has (ansible-builder for the EE tests) after the
-# caller's PATH, so a bare `make unit-core2.20` finds them as `make test` does. The planner's
-# own tests import no Ansible (plain Python, the same on either core), so this leg leaves
-# them to `make unit`, except the one that runs plan.yml through ansible-playbook.
+# caller's PATH, so a bare `make unit-core2.20` finds them as `make test` does. What differs
+# between the cores is Ansible's Python API and its playbook engine, so this leg runs the
+# tests of the code that meets them: every plugin (modules, action and filter plugins),
+# plan.yml and site.yml's plan play through ansible-playbook (the engine inputs refused
+# before any host), and the built tarball installed by ansible-galaxy and run in check mode.
+# The planner's math imports no Ansible, and the scripts, templates and docs checks are
+# plain Python or the same rendered files: `make unit` runs them (on 2.21), and
+# sanity-core2.20 checks every file on 2.20.
 PLANNER_TESTS := tests/unit/plugins/plugin_utils/vllm_planner
+CORE2_20_TESTS := tests/unit/plugins tests/unit/test_plan_playbook.py \
+  tests/unit/test_site_playbook.py tests/unit/test_engine_preflight.py \
+  tests/unit/test_collection_install.py
 unit-core2.20: dev
-	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH):$(VENV_BIN)" pytest tests/unit --ignore=$(PLANNER_TESTS)
+	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH):$(VENV_BIN)" pytest $(CORE2_20_TESTS) \
+	  --ignore=$(PLANNER_TESTS) --durations=10
 	PATH="$(CURDIR)/.venv-core2.20/bin:$(HOST_PATH):$(VENV_BIN)" pytest $(PLANNER_TESTS)/test_engine_stack_plan.py
 
 sanity-core2.20: dev

@@ -67,6 +67,12 @@ run_lane() {
   return "${rc}"
 }
 
+# prefix LANE EPOCH: each line as "[LANE +SECONDS] line", SECONDS since EPOCH (the lanes'
+# start), flushed per line: a CI log then says where each lane's time went.
+prefix() {
+  awk -v lane="$1" -v epoch="$2" '{ printf "[%s +%ds] %s\n", lane, systime() - epoch, $0; fflush() }'
+}
+
 # failure_excerpt SCENARIO: the lines of a failed scenario's log (or the checks' log)
 # that say why (pytest's failures and assertion lines, Ansible's fatal and failed results,
 # molecule's errors), so that the end of a long CI log names the cause.
@@ -150,14 +156,15 @@ main() {
   # for its last line to be written too (pipefail gives the lane's status), so the summary
   # below comes after every lane line. With the prefixer in a process substitution, a loaded
   # machine printed the summary first and the lane's last lines after it.
-  local start=${SECONDS} engine_pid host_pid rc=0
+  local start=${SECONDS} epoch engine_pid host_pid rc=0
+  epoch="$(date +%s)"
   (
     image_rc=0
     scripts/build-engine-image.sh || image_rc=$?
     echo "${image_rc}" > "${LOGS}/engine-image.rc"
     [[ ${image_rc} -eq 0 ]] || exit 1
     run_lane engine "${engine[@]}"
-  ) 2>&1 | sed -u 's/^/[engine] /' | tee "${LOGS}/engine.log" &
+  ) 2>&1 | prefix engine "${epoch}" | tee "${LOGS}/engine.log" &
   engine_pid=$!
   (
     rc=0
@@ -173,7 +180,7 @@ main() {
       fi
     fi
     exit "${rc}"
-  ) 2>&1 | sed -u 's/^/[host] /' | tee "${LOGS}/host.log" &
+  ) 2>&1 | prefix host "${epoch}" | tee "${LOGS}/host.log" &
   host_pid=$!
   wait "${engine_pid}" || rc=1
   wait "${host_pid}" || rc=1
