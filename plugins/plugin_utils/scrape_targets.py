@@ -74,9 +74,10 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
                 scrape_gateway: bool = True, alertmanager_target: str = "",
                 roles_dir: str | Path = ROLES_DIR,
                 replicas: Replicas | None = None) -> list[Job]:
-    """The scrape jobs of the fleet: vllm (each replica), node, gateway (where
-    SCRAPE_GATEWAY), alertmanager (where ALERTMANAGER_TARGET) and dcgm (where a host runs
-    DCGM exporter). A replica on LOCAL_HOST (the Prometheus server's own host) is read on
+    """The scrape jobs of the fleet: vllm (each replica), node, gateway and haproxy (where
+    SCRAPE_GATEWAY: its /health, and HAProxy's own metrics), alertmanager (where
+    ALERTMANAGER_TARGET) and dcgm (where a host runs DCGM exporter). A replica (and the
+    gateway's exporter) on LOCAL_HOST, the Prometheus server's own host, is read on
     127.0.0.1; every other one through its host's gateway metrics port as
     /metrics/<replica> (the replica listens on 127.0.0.1 only). One instance label per
     replica, whichever way it is scraped."""
@@ -84,6 +85,7 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
     vllm: list[dict[str, Any]] = []
     node: list[dict[str, Any]] = []
     gateway: list[dict[str, Any]] = []
+    haproxy: list[dict[str, Any]] = []
     dcgm: list[dict[str, Any]] = []
     for hv in engine_hosts:
         host, address = _name(hv), _address(hv)
@@ -107,6 +109,9 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
             gateway_labels["__scheme__"] = "https"
         gateway.append({"targets": [f"{address}:{_port(hv, 'engine_gateway_port', roles_dir)}"],
                         "labels": gateway_labels})
+        metrics_port = _port(hv, 'engine_gateway_metrics_port', roles_dir)
+        haproxy.append({"targets": [f"{'127.0.0.1' if host == local_host else address}:"
+                                    f"{metrics_port}"], "labels": {"host": host}})
         if _true(hv.get("gpu_metrics_dcgm_exporter", False)):
             dcgm.append({"targets": [
                 f"{exporter}:{_port(hv, 'gpu_metrics_dcgm_exporter_port', roles_dir)}"],
@@ -120,6 +125,10 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
         # answers (no key, no data).
         jobs.append({"job_name": "gateway", "metrics_path": "/health",
                      "tls_config": {"insecure_skip_verify": True}, "static_configs": gateway})
+        # HAProxy's own exporter on the gateway's metrics port (the replicas' /metrics/<name>
+        # beside it): its queue, its answers by status class, its sessions.
+        jobs.append({"job_name": "haproxy", "metrics_path": "/metrics/haproxy",
+                     "static_configs": haproxy})
     if alertmanager_target:
         jobs.append({"job_name": "alertmanager",
                      "static_configs": [{"targets": [alertmanager_target]}]})

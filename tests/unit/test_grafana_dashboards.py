@@ -185,13 +185,14 @@ def test_the_gpu_panels_use_the_rules_names() -> None:
 
 
 def test_the_gateway_panels_that_need_its_metrics_endpoint_are_listed() -> None:
-    """HAProxy's exporter is not served or scraped yet: its panels say so; the /health one
-    reads what Prometheus scrapes today."""
+    """The panels that read HAProxy's exporter name it: the gateway serves it on its metrics
+    port and Prometheus scrapes it there (job haproxy); the /health one reads job gateway."""
     haproxy = (ROOT / "roles/engine_gateway/templates/haproxy.cfg.j2").read_text()
-    assert "prometheus-exporter" not in haproxy
+    assert "http-request use-service prometheus-exporter if { path /metrics/haproxy }" in haproxy
     # The scrape jobs' one source (prometheus.yml.j2 and the site mode's file_sd render it).
     jobs = (ROOT / "plugins/plugin_utils/scrape_targets.py").read_text()
     assert re.search(r'"job_name": "gateway",\s+"metrics_path": "/health"', jobs), jobs
+    assert re.search(r'"job_name": "haproxy",\s+"metrics_path": "/metrics/haproxy"', jobs), jobs
     assert gd.panels_requiring(gd.GATEWAY_METRICS, ("0.33.0",)) == [
         "vLLM fleet / Gateway / Requests queued in the gateway",
         "vLLM fleet / Gateway / 5xx responses per second",

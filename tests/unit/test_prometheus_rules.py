@@ -367,7 +367,7 @@ def test_site_mode_hands_over_every_target_of_the_self_mode(tmp_path: Path) -> N
     targets = json.loads((site / "vllm_targets.json").read_text())
     expected = _jobs_as_file_sd(yaml.safe_load((self_mode / "prometheus.yml").read_text()))
     assert targets == expected
-    assert {g["labels"]["job"] for g in targets} == {"vllm", "node", "gateway", "dcgm"}
+    assert {g["labels"]["job"] for g in targets} == {"vllm", "node", "gateway", "haproxy", "dcgm"}
     assert all(g["labels"]["__metrics_path__"] == "/health"
                for g in targets if g["labels"]["job"] == "gateway")
     # The site's Prometheus: its own config, the handed scrape job, rules and targets.
@@ -397,7 +397,7 @@ def test_remote_write_external_labels_and_extra_jobs_pass_promtool(tmp_path: Pat
     assert config["global"]["external_labels"] == {"cluster": "gpu-east", "replica": "a"}
     assert config["remote_write"][0]["basic_auth"]["password"] == "RW-CANARY"
     assert [j["job_name"] for j in config["scrape_configs"]] == [
-        "vllm", "node", "gateway", "alertmanager", "haproxy-stats"]
+        "vllm", "node", "gateway", "haproxy", "alertmanager", "haproxy-stats"]
     config["rule_files"] = [str(out / "vllm.yml")]
     (out / "check.yml").write_text(yaml.safe_dump(config))
     result = promtool("check", "config", str(out / "check.yml"))

@@ -87,7 +87,7 @@ def test_on_the_host_replicas_answer_on_loopback_and_metrics_come_through_the_ga
     _podman_network, address = _network(host)
     script = _copy(host, "route_matrix.py")
     bases = ["http://127.0.0.1:8000", "http://127.0.0.1:9180", f"http://{address}:8000"]
-    paths = "/health,/v1/models,/metrics,/metrics/vllm-0,/invocations"
+    paths = "/health,/v1/models,/metrics,/metrics/vllm-0,/metrics/haproxy,/invocations"
     matrix = _matrix(host.check_output(f"python3 {script} {KEY} --paths {paths} "
                                        f"{' '.join(bases)}"))
     _record("from the engine host itself:", matrix)
@@ -97,11 +97,22 @@ def test_on_the_host_replicas_answer_on_loopback_and_metrics_come_through_the_ga
         assert matrix[(local, "/v1/models", key)] == (200 if key == KEY else 401)
         assert matrix[(metrics, "/metrics/vllm-0", key)] == 200
         assert matrix[(metrics, "/metrics", key)] == 404
+        assert matrix[(metrics, "/metrics/haproxy", key)] == 200  # HAProxy's own exporter
     assert {status for (base, _path, _key), status in matrix.items() if base == routable} == {0}
     # The same series Prometheus reads on this host.
     body = host.check_output("python3 -c 'import urllib.request; print(urllib.request."
                              "urlopen(\"http://127.0.0.1:9180/metrics/vllm-1\").read().decode())'")
     assert "vllm:num_requests_running" in body
+    gateway = host.check_output("python3 -c 'import urllib.request; print(urllib.request."
+                                "urlopen(\"http://127.0.0.1:9180/metrics/haproxy\").read()"
+                                ".decode())'")
+    series = [line.split(" ")[0] for line in gateway.splitlines() if line[:1] != "#"]
+    for family, labels in (("haproxy_backend_current_queue", ['proxy="vllm"']),
+                           ("haproxy_backend_http_responses_total",
+                            ['proxy="vllm"', 'code="5xx"']),
+                           ("haproxy_frontend_current_sessions", ['proxy="vllm"'])):
+        assert [s for s in series if s.startswith(family + "{")
+                and all(label in s for label in labels)], (family, labels)
 
 
 def test_no_engine_process_listens_beyond_loopback(host: Any) -> None:

@@ -25,7 +25,7 @@ HOSTS: list[dict[str, Any]] = [
 def test_jobs_read_each_hosts_own_ports_else_the_roles_defaults() -> None:
     jobs = {j["job_name"]: j for j in scrape_jobs(HOSTS, replicas=two,
                                                   alertmanager_target="127.0.0.1:9093")}
-    assert list(jobs) == ["vllm", "node", "gateway", "alertmanager", "dcgm"]
+    assert list(jobs) == ["vllm", "node", "gateway", "haproxy", "alertmanager", "dcgm"]
     assert [(s["targets"], s["labels"]) for s in jobs["vllm"]["static_configs"]][:1] == [
         (["10.0.0.1:9180"], {"__metrics_path__": "/metrics/vllm-0", "instance": "10.0.0.1:8000",
                              "host": "a", "replica": "vllm-0"})]
@@ -36,6 +36,17 @@ def test_jobs_read_each_hosts_own_ports_else_the_roles_defaults() -> None:
     assert [s["labels"] for s in jobs["gateway"]["static_configs"]] == [
         {"host": "a"}, {"host": "b", "__scheme__": "https"}]
     assert jobs["gateway"]["metrics_path"] == "/health"
+    # HAProxy's own exporter, plain HTTP on each host's own metrics port (TLS is the API's).
+    assert jobs["haproxy"]["metrics_path"] == "/metrics/haproxy"
+    assert jobs["haproxy"]["static_configs"] == [
+        {"targets": ["10.0.0.1:9180"], "labels": {"host": "a"}},
+        {"targets": ["b:9181"], "labels": {"host": "b"}}]
+
+
+def test_the_prometheus_hosts_own_gateway_exporter_is_read_on_loopback() -> None:
+    jobs = {j["job_name"]: j for j in scrape_jobs(HOSTS, local_host="b", replicas=two)}
+    assert [s["targets"] for s in jobs["haproxy"]["static_configs"]] == [
+        ["10.0.0.1:9180"], ["127.0.0.1:9181"]]
 
 
 def test_a_replica_of_the_prometheus_host_is_read_on_loopback() -> None:
@@ -60,4 +71,4 @@ def test_file_sd_carries_the_job_and_metrics_path_as_labels() -> None:
     gateway = [g for g in groups if g["labels"]["job"] == "gateway"]
     assert gateway[1]["labels"] == {"job": "gateway", "__metrics_path__": "/health",
                                     "host": "b", "__scheme__": "https"}
-    assert {g["labels"]["job"] for g in groups} == {"vllm", "node", "gateway", "dcgm"}
+    assert {g["labels"]["job"] for g in groups} == {"vllm", "node", "gateway", "haproxy", "dcgm"}
