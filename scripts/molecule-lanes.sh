@@ -68,9 +68,15 @@ run_lane() {
 }
 
 # prefix LANE EPOCH: each line as "[LANE +SECONDS] line", SECONDS since EPOCH (the lanes'
-# start), flushed per line: a CI log then says where each lane's time went.
+# start) when the line came: a CI log then says where each lane's time went. bash's read
+# takes a pipe a byte at a time, so a line is stamped when it is written (mawk reads a pipe
+# in blocks, and stamped a quiet lane's lines minutes late).
 prefix() {
-  awk -v lane="$1" -v epoch="$2" '{ printf "[%s +%ds] %s\n", lane, systime() - epoch, $0; fflush() }'
+  local lane="$1" epoch="$2" line now
+  while IFS= read -r line || [[ -n "${line}" ]]; do
+    printf -v now '%(%s)T' -1
+    printf '[%s +%ds] %s\n' "${lane}" "$((now - epoch))" "${line}"
+  done
 }
 
 # failure_excerpt SCENARIO: the lines of a failed scenario's log (or the checks' log)
