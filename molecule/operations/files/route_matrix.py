@@ -31,6 +31,7 @@ ROUTES: list[tuple[str, str, dict[str, object] | None]] = [
     ("GET", "/version", None),
     ("POST", "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/tmp"}),
     ("GET", "/metrics/vllm-0", None),
+    ("GET", "/metrics/haproxy", None),  # the gateway's own exporter (metrics port only)
 ]
 
 
