@@ -2,8 +2,11 @@
 """A steady stream of completions through the gateway until a stop file appears.
 
 Bounded: at most --max-seconds and --max-requests, two workers, requests to 127.0.0.1
-only; a worker pauses half a second after a failed request. Writes {"ok": N, "failed": N,
-"status": {code: N}, "errors": [...]} to --out.
+only; a worker pauses --pause seconds after an answered request and half a second after a
+failed one. Steady, not saturating: each worker sends a request every ~0.3 s, so every phase
+of a restart meets requests, while the CPU engine leaves the test machine's other lane
+room (back to back, two workers kept both cores busy for the whole scenario). Writes
+{"ok": N, "failed": N, "status": {code: N}, "errors": [...]} to --out.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=600)
     parser.add_argument("--max-requests", type=int, default=5000)
+    parser.add_argument("--pause", type=float, default=0.25,
+                        help="seconds a worker waits after an answered request")
     args = parser.parse_args()
     counts = {"ok": 0, "failed": 0}
     status: dict[str, int] = {}
@@ -59,8 +64,7 @@ def main() -> None:
                 status[code] = status.get(code, 0) + 1
                 if error and len(errors) < 20:
                     errors.append(error)
-            if error:
-                time.sleep(0.5)
+            time.sleep(0.5 if error else args.pause)
 
     threads = [threading.Thread(target=worker) for _worker in range(2)]
     for thread in threads:
