@@ -102,6 +102,7 @@ sanity: dev
 	scripts/sanity.sh .venv
 
 # The ansible-core 2.20 leg: unit tests and sanity on .venv-core2.20 (molecule runs on 2.21).
+.PHONY: sanity unit-core2.20 sanity-core2.20
 # Its own ansible-* first; tools only .venv has (ansible-builder for the EE tests) after the
 # caller's PATH, so a bare `make unit-core2.20` finds them as `make test` does. What differs
 # between the cores is Ansible's Python API and its playbook engine, so this leg runs the
