@@ -89,12 +89,13 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
     dcgm: list[dict[str, Any]] = []
     for hv in engine_hosts:
         host, address = _name(hv), _address(hv)
+        metrics_port = _port(hv, 'engine_gateway_metrics_port', roles_dir)
         for replica in replicas_of(hv):
             labels: dict[str, str] = {}
             if host == local_host:
                 target = f"127.0.0.1:{replica['port']}"
             else:
-                target = f"{address}:{_port(hv, 'engine_gateway_metrics_port', roles_dir)}"
+                target = f"{address}:{metrics_port}"
                 labels["__metrics_path__"] = f"/metrics/{replica['name']}"
             labels.update(instance=f"{address}:{replica['port']}", host=host,
                           replica=str(replica["name"]))
@@ -109,7 +110,6 @@ def scrape_jobs(engine_hosts: Sequence[Mapping[str, Any]], *, local_host: str = 
             gateway_labels["__scheme__"] = "https"
         gateway.append({"targets": [f"{address}:{_port(hv, 'engine_gateway_port', roles_dir)}"],
                         "labels": gateway_labels})
-        metrics_port = _port(hv, 'engine_gateway_metrics_port', roles_dir)
         haproxy.append({"targets": [f"{'127.0.0.1' if host == local_host else address}:"
                                     f"{metrics_port}"], "labels": {"host": host}})
         if _true(hv.get("gpu_metrics_dcgm_exporter", False)):
