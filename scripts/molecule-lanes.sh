@@ -2,7 +2,7 @@
 # Run every molecule scenario in two lanes side by side.
 #
 #   engine lane: the scenarios that start the CPU engine and take longest (vllm_server, site,
-#                operations), plus nvidia_driver to level the lanes, one
+#                operations), plus nvidia_driver, test_hosts and vllm_plan to level the lanes, one
 #                after another, after building localhost/testhost:engine;
 #   host lane:   every other scenario (model, monitoring, firewall, plan, test hosts), one after
 #                another, then the benchmark and engine_group scenarios: they need the engine
@@ -28,10 +28,11 @@
 # Exit: 0 when every scenario (and COMMAND) passed, 1 otherwise (each failure is named).
 set -euo pipefail
 
-# nvidia_driver (no engine) runs here too: the host lane's checks grew to ~33 min
-# (2026-12-07 CI, beside operations) and engine_group joined its end; measured that day,
-# engine lane 3423 s + nvidia_driver 312 s, host lane ~3690 s: level at ~62 min each.
-readonly ENGINE_SCENARIOS=(vllm_server site operations nvidia_driver)
+# nvidia_driver, test_hosts and vllm_plan (no engine) run here too, to level the lanes.
+# Measured 2026-12-07 late (a clean clone's .ci/run, 3572 s in all, the CPU engines unpinned):
+# engine lane 3281 s (nvidia_driver 292, operations 1416, site 889, vllm_server 684), host
+# lane 3451 s (checks 1865, ..., test_hosts 44, vllm_plan 34, engine_group 407, last 133).
+readonly ENGINE_SCENARIOS=(vllm_server site operations nvidia_driver test_hosts vllm_plan)
 # On the engine image, at the end of the host lane (after the engine lane has built it).
 readonly HOST_ENGINE_SCENARIOS=(benchmark engine_group)
 LOGS="${MOLECULE_LANES_LOGS:-.molecule-lanes}"

@@ -66,6 +66,10 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      "vllm_server_environment must map variable names to one-line values"),
     ("API key with a space", {"vllm_server_api_key": "two words"},
      "vllm_server_api_key must be one line without spaces"),
+    ("API key of one character", {"vllm_server_api_key": "x"},
+     "vllm_server_api_key is 1 characters long; a key every client sends must be at least 16"),
+    ("API key of 15 characters", {"vllm_server_api_key": "a" * 15},
+     "vllm_server_api_key is 15 characters long"),
 ]
 
 

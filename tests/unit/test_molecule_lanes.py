@@ -89,21 +89,21 @@ def events(tmp_path: Path) -> list[str]:
 
 def test_benchmark_and_last_command_wait_for_the_engine_image_in_the_host_lane(
         tmp_path: Path) -> None:
-    run = run_lanes(tmp_path, "--host-last", "echo oracle >> events", "benchmark", "test_hosts")
+    run = run_lanes(tmp_path, "--host-last", "echo oracle >> events", "benchmark", "monitoring")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr
     order = events(tmp_path)
-    # test_hosts does not wait for the image; the benchmark and the last command do.
-    assert order.index("start test_hosts") < order.index("built"), order
+    # monitoring does not wait for the image; the benchmark and the last command do.
+    assert order.index("start monitoring") < order.index("built"), order
     assert order.index("built") < order.index("start benchmark") < order.index("oracle"), order
     host = (tmp_path / ".molecule-lanes/host.result").read_text()
-    assert host.split() == ["test_hosts", "passed", host.split()[2], "benchmark", "passed",
+    assert host.split() == ["monitoring", "passed", host.split()[2], "benchmark", "passed",
                             host.split()[5], "last", "passed", host.split()[8]], host
 
 
 def test_a_failed_engine_image_fails_the_benchmark_without_running_it(tmp_path: Path) -> None:
-    run = run_lanes(tmp_path, "--host-last", "echo oracle >> events", "benchmark", "test_hosts",
+    run = run_lanes(tmp_path, "--host-last", "echo oracle >> events", "benchmark", "monitoring",
                     build=BUILD_FAILS)
     assert run.returncode == 1, run.stdout[-2000:]
-    assert events(tmp_path) == ["start test_hosts"]
+    assert events(tmp_path) == ["start monitoring"]
     assert "benchmark FAILED" in run.stdout and "the engine image did not build" in run.stdout
     assert "=== failed: benchmark" in run.stderr, run.stderr

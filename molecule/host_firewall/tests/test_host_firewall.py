@@ -13,7 +13,7 @@ import testinfra
 
 GATEWAY, CLIENT, MONITOR, OUTSIDE = (f"fw-{n}-debian12"
                                      for n in ("gateway", "client", "monitor", "outside"))
-KEY = "fw-test-key"
+KEY = "fw-test-key-not-a-secret"
 CA = "/etc/fw-test-gateway.crt"
 
 # Run inside a container: "tcp" -> open / refused / timeout; "https"/"http" -> status
