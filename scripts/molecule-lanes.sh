@@ -4,7 +4,7 @@
 #   engine lane: the scenarios that start the CPU engine and take longest (vllm_server, site,
 #                operations), plus nvidia_driver, test_hosts and vllm_plan to level the lanes, one
 #                after another, after building localhost/testhost:engine;
-#   host lane:   every other scenario (model, monitoring, firewall, plan, test hosts), one after
+#   host lane:   every other scenario (model, monitoring, firewall, driver preflight), one after
 #                another, then the benchmark and engine_group scenarios: they need the engine
 #                image, so the host lane waits for the engine lane's build of it first.
 #
@@ -29,9 +29,8 @@
 set -euo pipefail
 
 # nvidia_driver, test_hosts and vllm_plan (no engine) run here too, to level the lanes.
-# Measured 2026-12-07 late (a clean clone's .ci/run, 3572 s in all, the CPU engines unpinned):
-# engine lane 3281 s (nvidia_driver 292, operations 1416, site 889, vllm_server 684), host
-# lane 3451 s (checks 1865, ..., test_hosts 44, vllm_plan 34, engine_group 407, last 133).
+# Measured 2026-12-07 late on 2 cores, the CPU engines unpinned (docs/testing.md): a clean
+# clone's .ci/run passed in 3573 s with the lanes level, engine 3477 s and host 3457 s.
 readonly ENGINE_SCENARIOS=(vllm_server site operations nvidia_driver test_hosts vllm_plan)
 # On the engine image, at the end of the host lane (after the engine lane has built it).
 readonly HOST_ENGINE_SCENARIOS=(benchmark engine_group)
